@@ -1,0 +1,152 @@
+"""Turn any ``nn.Module`` into a Pyro model whose selected parameters are prior sample sites.
+
+:func:`bayesian` converts a network in place to a :class:`~pyro.nn.PyroModule`
+(``pyro.nn.module.to_pyro_module_``) and replaces each selected parameter by a
+:class:`~pyro.nn.PyroSample` whose prior is built by a :class:`~pyro.priors.Prior`.
+The parameter's current value is kept as a non-persistent buffer
+``<name>_init`` on its module: it carries shape, dtype and device for the
+prior (so the prior follows ``.to(device)``) and initialises guide means from
+pretrained weights. Unselected parameters stay ordinary ``nn.Parameter`` s
+(point estimates trained by the optimiser).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence, Union
+
+import torch
+from pyro.nn import PyroModule, PyroSample
+from pyro.nn.module import _make_name, to_pyro_module_
+from torch import nn
+
+from .priors import GaussianPrior, Prior
+
+__all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LAYERS"]
+
+Selector = Union[str, type]
+
+NORMALIZATION_LAYERS: tuple[type, ...] = (
+    nn.modules.batchnorm._NormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+)
+"""Module types kept deterministic by default (BatchNorm, InstanceNorm, LayerNorm, GroupNorm)."""
+
+_INIT_SUFFIX = "_init"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One Bayesian parameter: its Pyro site name, owning module and attribute, prior."""
+
+    name: str
+    module: PyroModule
+    attr: str
+    prior: Prior
+
+    @property
+    def init(self) -> torch.Tensor:
+        """The parameter's value at conversion time (e.g. pretrained), on the module's device."""
+        return getattr(self.module, self.attr + _INIT_SUFFIX)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.init.shape
+
+
+class _PriorSite:
+    """Callable given to ``PyroSample``: builds the prior from the module's reference buffer."""
+
+    def __init__(self, attr: str, prior: Prior):
+        self.attr, self.prior = attr, prior
+
+    def __call__(self, module: nn.Module):
+        return self.prior(getattr(module, self.attr + _INIT_SUFFIX))
+
+
+def _matches(selector: Selector, name: str, module: nn.Module) -> bool:
+    if isinstance(selector, str):
+        return fnmatch.fnmatchcase(name, selector)
+    if isinstance(selector, type):
+        return isinstance(module, selector)
+    raise TypeError(
+        f"include/exclude entries must be glob patterns over parameter names (str) or module "
+        f"types, got {selector!r}"
+    )
+
+
+def _as_list(selectors: Selector | Iterable[Selector] | None) -> list[Selector]:
+    if selectors is None:
+        return []
+    if isinstance(selectors, (str, type)):
+        return [selectors]
+    return list(selectors)
+
+
+def bayesian(
+    net: nn.Module,
+    prior: Prior | None = None,
+    *,
+    include: Selector | Sequence[Selector] | None = None,
+    exclude: Selector | Sequence[Selector] | None = NORMALIZATION_LAYERS,
+) -> PyroModule:
+    """Make the parameters of ``net`` Bayesian, in place, and return it as a ``PyroModule``.
+
+    :param net: any ``nn.Module`` (your own or a torchvision model), possibly pretrained.
+    :param prior: the weight prior (default ``GaussianPrior(0, 1)``).
+    :param include: which parameters become Bayesian: glob patterns over the full
+        parameter names (``"fc2.*"``, ``"*.weight"``) and/or module types
+        (``nn.Linear``). ``None`` selects every parameter.
+    :param exclude: parameters to keep deterministic, same syntax; by default
+        normalisation layers (BatchNorm, LayerNorm, GroupNorm).
+    :returns: the same object, converted; its sites are listed by :func:`bayesian_sites`.
+    """
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+    prior = GaussianPrior() if prior is None else prior
+    if not isinstance(prior, Prior):
+        raise TypeError(f"prior must be a pyrobnn Prior (e.g. GaussianPrior()), got {prior!r}")
+    include_l, exclude_l = _as_list(include), _as_list(exclude)
+    selected = []
+    for module_name, module in net.named_modules():
+        for attr, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{attr}" if module_name else attr
+            chosen = not include_l or any(_matches(s, full, module) for s in include_l)
+            if chosen and not any(_matches(s, full, module) for s in exclude_l):
+                selected.append((module_name, attr))
+    if not selected:
+        raise ValueError(
+            "include/exclude selected no parameter of the network: check the patterns against "
+            f"its parameter names, e.g. {[n for n, _ in net.named_parameters()][:5]}"
+        )
+    to_pyro_module_(net)
+    modules = dict(net.named_modules())
+    for module_name, attr in selected:
+        module = modules[module_name]
+        value = getattr(module, attr).detach().clone()
+        delattr(module, attr)
+        module.register_buffer(attr + _INIT_SUFFIX, value, persistent=False)
+        setattr(module, attr, PyroSample(_PriorSite(attr, prior)))
+    return net
+
+
+def bayesian_sites(net: nn.Module) -> Iterator[Site]:
+    """The Bayesian parameters of a converted network, in module order, with their site names."""
+    for module in net.modules():
+        samples = getattr(module, "_pyro_samples", {})
+        for attr, fn in samples.items():
+            if isinstance(fn, _PriorSite):
+                yield Site(_make_name(module._pyro_name, attr), module, attr, fn.prior)
+
+
+def last_layer(net: nn.Module) -> str:
+    """Glob pattern selecting the last module with parameters (``include=last_layer(net)``)."""
+    last = None
+    for name, module in net.named_modules():
+        if name and any(True for _ in module.parameters(recurse=False)):
+            last = name
+    if last is None:
+        raise ValueError("the network has no parameters")
+    return f"{last}.*"

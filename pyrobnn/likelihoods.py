@@ -1,0 +1,157 @@
+r"""Likelihoods: the observation site of a Bayesian network.
+
+Each likelihood maps the network output to a distribution over targets and
+observes the minibatch inside ``pyro.plate("data", size=N, subsample=...)``,
+so Pyro scales the log-likelihood by :math:`N/B` (SPEC section 2):
+:math:`\mathcal L = \frac{N}{B}\sum_{b} \mathbb E_q \log p(y_b | x_b, w) - \beta\,\mathrm{KL}(q\|p)`.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.distributions import constraints
+from pyro.nn import PyroModule, PyroParam
+from pyro.poutine.util import is_validation_enabled
+
+__all__ = [
+    "Likelihood",
+    "Categorical",
+    "Gaussian",
+    "HeteroscedasticGaussian",
+]
+
+
+class Likelihood(PyroModule):
+    """Base class. Subclasses define :meth:`distribution` and :meth:`predictive`."""
+
+    task: str = "classification"
+
+    def distribution(self, output: torch.Tensor) -> dist.TorchDistribution:
+        """Per-example distribution of the target given the network output (batch shape ``(B,)``)."""
+        raise TypeError(f"{type(self).__name__} must override distribution()")
+
+    def predictive(self, outputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Summaries of the posterior predictive from ``S`` sampled outputs ``(S, N, ...)``."""
+        raise TypeError(f"{type(self).__name__} must override predictive()")
+
+    def check(self, output: torch.Tensor, y: torch.Tensor | None) -> None:
+        """Raise a clear ``ValueError`` when output or targets cannot be scored."""
+
+    def forward(self, output: torch.Tensor, y: torch.Tensor | None = None, num_data: int | None = None):
+        batch = output.shape[0]
+        if is_validation_enabled():
+            self.check(output, y)
+        if num_data is not None and num_data < batch:
+            raise ValueError(f"num_data ({num_data}) must be at least the batch size ({batch})")
+        subsample = torch.arange(batch, device=output.device)
+        with pyro.plate("data", size=num_data or batch, subsample=subsample):
+            return pyro.sample("obs", self.distribution(output), obs=y)
+
+
+class Categorical(Likelihood):
+    """Classification: :math:`y \\sim \\mathrm{Categorical}(\\mathrm{softmax}(f(x; w)))`."""
+
+    task = "classification"
+
+    def distribution(self, output):
+        return dist.Categorical(logits=output)
+
+    def check(self, output, y):
+        if output.dim() != 2:
+            raise ValueError(
+                f"a classifier must output logits of shape (batch, classes), got {tuple(output.shape)}"
+            )
+        if y is None:
+            return
+        if y.shape != output.shape[:1]:
+            raise ValueError(f"labels y must have shape ({output.shape[0]},), got {tuple(y.shape)}")
+        if y.dtype.is_floating_point:
+            raise ValueError("labels y must be integer class indices (torch.long), got floats")
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= output.shape[-1]:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"label {bad} is out of range for a network with {output.shape[-1]} outputs: "
+                f"labels must lie in [0, {output.shape[-1] - 1}]"
+            )
+
+    def predictive(self, outputs):
+        from .metrics import uncertainty
+
+        probs = outputs.softmax(-1)
+        return {"probs": probs.mean(0), **uncertainty(probs)}
+
+
+class _GaussianBase(Likelihood):
+    task = "regression"
+
+    def mean_scale(self, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and noise standard deviation from the network output."""
+        raise TypeError(f"{type(self).__name__} must override mean_scale()")
+
+    def distribution(self, output):
+        mean, scale = self.mean_scale(output)
+        return dist.Normal(mean, scale).to_event(1)
+
+    def check(self, output, y):
+        if y is not None and y.shape != self.mean_scale(output)[0].shape:
+            raise ValueError(
+                f"targets y must have shape {tuple(self.mean_scale(output)[0].shape)} "
+                f"(batch, outputs), got {tuple(y.shape)}"
+            )
+
+    def predictive(self, outputs):
+        """Mixture moments: total variance = variance of the means (epistemic) + mean noise variance."""
+        means, scales = self.mean_scale(outputs)
+        epistemic = means.var(0, unbiased=False)
+        aleatoric = (scales**2).expand_as(means).mean(0)
+        return {
+            "mean": means.mean(0),
+            "std": (epistemic + aleatoric).sqrt(),
+            "epistemic_std": epistemic.sqrt(),
+            "aleatoric_std": aleatoric.sqrt(),
+        }
+
+
+class Gaussian(_GaussianBase):
+    """Homoscedastic regression :math:`y \\sim \\mathcal N(f(x; w), \\sigma^2)`, σ fixed or learned.
+
+    :param scale: the noise standard deviation (its initial value when learned).
+    :param learn_scale: learn σ as a point estimate (a positive-constrained ``PyroParam``).
+    """
+
+    def __init__(self, scale: float = 1.0, learn_scale: bool = False):
+        super().__init__()
+        if not scale > 0:
+            raise ValueError(f"scale (noise standard deviation) must be > 0, got {scale!r}")
+        value = torch.tensor(float(scale))
+        if learn_scale:
+            self.scale = PyroParam(value, constraint=constraints.positive)
+        else:
+            self.register_buffer("scale", value)
+
+    def mean_scale(self, output):
+        return output, self.scale
+
+
+class HeteroscedasticGaussian(_GaussianBase):
+    """Heteroscedastic regression: the network outputs ``2 D`` values, mean and a raw scale;
+    :math:`\\sigma(x) = \\mathrm{softplus}(\\cdot) + \\sigma_{\\min}`."""
+
+    def __init__(self, min_scale: float = 1e-3):
+        super().__init__()
+        if not min_scale > 0:
+            raise ValueError(f"min_scale must be > 0, got {min_scale!r}")
+        self.min_scale = float(min_scale)
+
+    def mean_scale(self, output):
+        if output.shape[-1] % 2:
+            raise ValueError(
+                "a heteroscedastic network must output 2*D values (mean and scale per target), "
+                f"got {output.shape[-1]}"
+            )
+        mean, raw = output.chunk(2, dim=-1)
+        return mean, F.softplus(raw) + self.min_scale
