@@ -8,7 +8,6 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from torch.distributions import register_kl
-from torch.distributions.utils import broadcast_all
 
 
 class ScaleMixtureNormal(TorchDistribution):
@@ -17,56 +16,54 @@ class ScaleMixtureNormal(TorchDistribution):
     .. math:: p(w) = \pi\,\mathcal N(w; 0, \sigma_1^2) + (1 - \pi)\,\mathcal N(w; 0, \sigma_2^2)
 
     A wide slab (:math:`\sigma_1`) and a narrow spike (:math:`\sigma_2 \ll 1`).
-    There is no closed-form KL divergence to a Gaussian posterior, so the ELBO
-    falls back on the Monte-Carlo estimate ``log q(w) - log p(w)``.
+    The three hyper-parameters are scalars shared by every weight of the batch
+    shape, so the log-density costs two squares and one ``logaddexp`` per
+    weight. There is no closed-form KL divergence to a Gaussian posterior: the
+    ELBO falls back on the Monte-Carlo estimate ``log q(w) - log p(w)``.
     """
 
-    arg_constraints = {
-        "pi": constraints.unit_interval,
-        "sigma1": constraints.positive,
-        "sigma2": constraints.positive,
-    }
+    arg_constraints = {}
     support = constraints.real
     has_rsample = False
 
-    def __init__(self, pi, sigma1, sigma2, validate_args=None):
-        self.pi, self.sigma1, self.sigma2 = broadcast_all(pi, sigma1, sigma2)
-        super().__init__(self.pi.shape, validate_args=validate_args)
+    def __init__(self, pi: float, sigma1: float, sigma2: float, batch_shape=torch.Size(), *,
+                 device=None, dtype=None, validate_args=None):
+        self.pi, self.sigma1, self.sigma2 = float(pi), float(sigma1), float(sigma2)
+        self._device, self._dtype = device, dtype
+        half_log_2pi = 0.5 * math.log(2 * math.pi)
+        self._log_w1 = math.log(self.pi) - math.log(self.sigma1) - half_log_2pi
+        self._log_w2 = math.log1p(-self.pi) - math.log(self.sigma2) - half_log_2pi
+        super().__init__(torch.Size(batch_shape), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(ScaleMixtureNormal, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.pi = self.pi.expand(batch_shape)
-        new.sigma1 = self.sigma1.expand(batch_shape)
-        new.sigma2 = self.sigma2.expand(batch_shape)
-        super(ScaleMixtureNormal, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        return ScaleMixtureNormal(self.pi, self.sigma1, self.sigma2, batch_shape,
+                                  device=self._device, dtype=self._dtype)
+
+    def _full(self, value: float) -> torch.Tensor:
+        return torch.full(self.batch_shape, value, device=self._device, dtype=self._dtype)
 
     @property
     def mean(self):
-        return torch.zeros_like(self.pi)
+        return self._full(0.0)
 
     @property
     def variance(self):
-        return self.pi * self.sigma1**2 + (1 - self.pi) * self.sigma2**2
+        return self._full(self.pi * self.sigma1**2 + (1 - self.pi) * self.sigma2**2)
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        half_log_2pi = 0.5 * math.log(2 * math.pi)
-        lp1 = self.pi.log() - self.sigma1.log() - half_log_2pi - 0.5 * (value / self.sigma1) ** 2
-        lp2 = (
-            torch.log1p(-self.pi) - self.sigma2.log() - half_log_2pi - 0.5 * (value / self.sigma2) ** 2
+        return torch.logaddexp(
+            self._log_w1 - 0.5 / self.sigma1**2 * value * value,
+            self._log_w2 - 0.5 / self.sigma2**2 * value * value,
         )
-        return torch.logaddexp(lp1, lp2)
 
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
         with torch.no_grad():
-            wide = torch.rand(shape, device=self.pi.device) < self.pi.expand(shape)
-            scale = torch.where(wide, self.sigma1.expand(shape), self.sigma2.expand(shape))
-            return scale * torch.randn(shape, device=self.pi.device, dtype=self.pi.dtype)
+            wide = torch.rand(shape, device=self._device) < self.pi
+            noise = torch.randn(shape, device=self._device, dtype=self._dtype)
+            return noise * torch.where(wide, self.sigma1, self.sigma2).to(noise.dtype)
 
 
 class IsotropicNormal(dist.Normal):

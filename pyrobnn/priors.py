@@ -37,13 +37,6 @@ class Prior(abc.ABC):
     def __call__(self, reference: torch.Tensor) -> dist.TorchDistribution:
         return self.base(reference).to_event(reference.dim())
 
-    @staticmethod
-    def _full(value: float, reference: torch.Tensor) -> torch.Tensor:
-        """A scalar hyper-parameter broadcast (as a view, no copy) to the parameter's shape."""
-        return torch.tensor(value, dtype=reference.dtype, device=reference.device).expand(
-            reference.shape
-        )
-
 
 @dataclass(frozen=True)
 class GaussianPrior(Prior):
@@ -91,7 +84,5 @@ class ScaleMixturePrior(Prior):
 
     def base(self, reference):
         return ScaleMixtureNormal(
-            self._full(self.pi, reference),
-            self._full(self.sigma1, reference),
-            self._full(self.sigma2, reference),
+            self.pi, self.sigma1, self.sigma2, reference.shape, device=reference.device, dtype=reference.dtype
         )
