@@ -57,13 +57,22 @@ class Site:
 
 
 class _PriorSite:
-    """Callable given to ``PyroSample``: builds the prior from the module's reference buffer."""
+    """Callable given to ``PyroSample``: builds the prior from the module's reference buffer.
+
+    The distribution depends only on the buffer's shape, dtype and device, so it
+    is built once and reused until the module moves (``.to(device)``).
+    """
 
     def __init__(self, attr: str, prior: Prior):
         self.attr, self.prior = attr, prior
+        self._key, self._dist = None, None
 
     def __call__(self, module: nn.Module):
-        return self.prior(getattr(module, self.attr + _INIT_SUFFIX))
+        reference = getattr(module, self.attr + _INIT_SUFFIX)
+        key = (reference.shape, reference.dtype, reference.device)
+        if key != self._key:
+            self._key, self._dist = key, self.prior(reference)
+        return self._dist
 
 
 def _matches(selector: Selector, name: str, module: nn.Module) -> bool:

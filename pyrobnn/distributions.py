@@ -7,7 +7,7 @@ import math
 import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution, constraints
-from torch.distributions import register_kl
+from torch.distributions import Independent, Normal, register_kl
 
 
 class ScaleMixtureNormal(TorchDistribution):
@@ -66,37 +66,70 @@ class ScaleMixtureNormal(TorchDistribution):
             return noise * torch.where(wide, self.sigma1, self.sigma2).to(noise.dtype)
 
 
-class IsotropicNormal(dist.Normal):
-    r"""A Normal whose location and scale are one scalar each, broadcast over the batch shape.
+class IsotropicNormal(TorchDistribution):
+    r"""The prior :math:`\mathcal N(\mu_p, \sigma_p^2)` of every weight of one tensor, as one event.
 
-    The prior :math:`\mathcal N(\mu_p, \sigma_p^2)` shared by every weight of a
-    tensor. Keeping the hyper-parameters scalar lets the KL to a diagonal
-    Normal posterior be evaluated with scalar arithmetic on the prior side:
+    Location and scale are two Python scalars shared by all weights; the event
+    shape is the parameter's shape. Keeping them scalar lets the KL to a
+    diagonal Normal posterior ``Normal(mu, sigma).to_event(d)`` be reduced
+    while it is computed (three sums, no per-weight prior tensors):
 
-    .. math:: \mathrm{KL}(\mathcal N(\mu, \sigma^2) \| \mathcal N(\mu_p, \sigma_p^2))
-        = \log\sigma_p - \log\sigma + \frac{\sigma^2 + (\mu - \mu_p)^2}{2\sigma_p^2} - \frac12
+    .. math:: \mathrm{KL}(q\|p) = \sum_i \log\frac{\sigma_p}{\sigma_i}
+        + \frac{\sigma_i^2 + (\mu_i - \mu_p)^2}{2\sigma_p^2} - \frac12
     """
 
-    def __init__(self, loc: float, scale: float, batch_shape, *, device=None, dtype=None, validate_args=None):
-        self.prior_loc, self.prior_scale = float(loc), float(scale)
-        full = torch.empty((), device=device, dtype=dtype)
-        super().__init__(
-            full.new_tensor(self.prior_loc).expand(batch_shape),
-            full.new_tensor(self.prior_scale).expand(batch_shape),
-            validate_args=validate_args,
-        )
+    arg_constraints = {}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc: float, scale: float, event_shape, *, device=None, dtype=None, validate_args=None):
+        self.loc, self.scale = float(loc), float(scale)
+        self._device, self._dtype = device, dtype
+        super().__init__(torch.Size(), torch.Size(event_shape), validate_args=validate_args)
+
+    def _dims(self) -> tuple[int, ...]:
+        return tuple(range(-len(self.event_shape), 0))
 
     def expand(self, batch_shape, _instance=None):
-        return IsotropicNormal(
-            self.prior_loc, self.prior_scale, batch_shape, device=self.loc.device, dtype=self.loc.dtype
-        )
+        """Batched copies are ordinary ``Normal(...).to_event(d)`` (the scalar shortcut is per event)."""
+        shape = torch.Size(batch_shape) + self.event_shape
+        full = torch.empty((), device=self._device, dtype=self._dtype)
+        return dist.Normal(full.new_tensor(self.loc).expand(shape), full.new_tensor(self.scale).expand(shape)
+                           ).to_event(len(self.event_shape))
+
+    @property
+    def mean(self):
+        return torch.full(self.event_shape, self.loc, device=self._device, dtype=self._dtype)
+
+    @property
+    def variance(self):
+        return torch.full(self.event_shape, self.scale**2, device=self._device, dtype=self._dtype)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        return self.loc + self.scale * torch.randn(shape, device=self._device, dtype=self._dtype)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        centred = value - self.loc if self.loc else value
+        constant = self.event_shape.numel() * (math.log(self.scale) + 0.5 * math.log(2 * math.pi))
+        return centred.square().sum(self._dims()) * (-0.5 / self.scale**2) - constant
 
 
-@register_kl(dist.Normal, IsotropicNormal)
-def _kl_normal_isotropic(q, p):
-    centred = q.loc if p.prior_loc == 0.0 else q.loc - p.prior_loc
+@register_kl(Independent, IsotropicNormal)
+def _kl_diagonal_normal_isotropic(q, p):
+    base = q.base_dist
+    if not isinstance(base, Normal) or q.event_shape != p.event_shape:
+        raise NotImplementedError
+    dims = p._dims()
+    centred = base.loc - p.loc if p.loc else base.loc
     return (
-        (q.scale * q.scale + centred * centred) * (0.5 / p.prior_scale**2)
-        - q.scale.log()
-        + (math.log(p.prior_scale) - 0.5)
+        (base.scale.square().sum(dims) + centred.square().sum(dims)) * (0.5 / p.scale**2)
+        - base.scale.log().sum(dims)
+        + p.event_shape.numel() * (math.log(p.scale) - 0.5)
     )

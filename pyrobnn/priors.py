@@ -31,11 +31,8 @@ class Prior(abc.ABC):
     """Base class: ``prior(reference)`` returns the prior of a parameter shaped like ``reference``."""
 
     @abc.abstractmethod
-    def base(self, reference: torch.Tensor) -> dist.TorchDistribution:
-        """Distribution with batch shape ``reference.shape`` (one factor per weight)."""
-
     def __call__(self, reference: torch.Tensor) -> dist.TorchDistribution:
-        return self.base(reference).to_event(reference.dim())
+        """The prior of a parameter shaped like ``reference``: event shape ``reference.shape``."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,7 @@ class GaussianPrior(Prior):
             raise ValueError(f"loc must be finite, got {self.loc!r}")
         _positive("scale (sigma of the Gaussian prior)", self.scale)
 
-    def base(self, reference):
+    def __call__(self, reference):
         return IsotropicNormal(
             self.loc, self.scale, reference.shape, device=reference.device, dtype=reference.dtype
         )
@@ -82,7 +79,7 @@ class ScaleMixturePrior(Prior):
         _positive("sigma1 (wide mixture component)", self.sigma1)
         _positive("sigma2 (narrow mixture component)", self.sigma2)
 
-    def base(self, reference):
+    def __call__(self, reference):
         return ScaleMixtureNormal(
             self.pi, self.sigma1, self.sigma2, reference.shape, device=reference.device, dtype=reference.dtype
-        )
+        ).to_event(reference.dim())

@@ -1,0 +1,37 @@
+"""Shared fixtures: the data root of the real benchmarks and a deterministic Pyro state per test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+
+# The test machine is small and shared: intra-op threads only contend there (a 2-thread
+# matmul of a tiny network is ~100x slower than a 1-thread one under load).
+torch.set_num_threads(1)
+
+
+def _data_root() -> Path:
+    env = os.environ.get("PYROBNN_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """Directory holding MNIST/raw etc.: $PYROBNN_DATA, else ../shared/data next to the checkout."""
+    root = _data_root()
+    if not root.is_dir():
+        pytest.skip(f"data root {root} not found (set PYROBNN_DATA to a directory with MNIST/raw)")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyro_state():
+    """Every test starts from an empty parameter store and the same seed."""
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    yield
+    pyro.clear_param_store()

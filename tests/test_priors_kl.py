@@ -1,0 +1,290 @@
+"""Priors (log-densities, sampling, argument checks) and the KL divergence the ELBO uses,
+checked against independent float64 evaluations of the formulas."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import kl_divergence
+
+from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
+from pyrobnn.distributions import IsotropicNormal, ScaleMixtureNormal
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def gauss_logpdf(w: float, loc: float, scale: float) -> float:
+    return -0.5 * math.log(2 * math.pi * scale**2) - (w - loc) ** 2 / (2 * scale**2)
+
+
+def mixture_logpdf(w: float, pi: float, s1: float, s2: float) -> float:
+    """log(pi N(w;0,s1^2) + (1-pi) N(w;0,s2^2)) by a float64 log-sum-exp."""
+    a = math.log(pi) + gauss_logpdf(w, 0.0, s1)
+    b = math.log1p(-pi) + gauss_logpdf(w, 0.0, s2)
+    hi, lo = max(a, b), min(a, b)
+    return hi + math.log1p(math.exp(lo - hi))
+
+
+def mixture_logpdf_naive(w: float, pi: float, s1: float, s2: float) -> float:
+    """The textbook evaluation: underflows to log(0) away from the origin."""
+    dens = pi * math.exp(gauss_logpdf(w, 0.0, s1)) + (1 - pi) * math.exp(gauss_logpdf(w, 0.0, s2))
+    return math.log(dens) if dens > 0 else -math.inf
+
+
+def kl_formula(mu, sigma, mu_p, sigma_p) -> float:
+    """sum log(sigma_p/sigma) + (sigma^2 + (mu-mu_p)^2)/(2 sigma_p^2) - 1/2 in float64 numpy."""
+    mu, sigma = np.asarray(mu, np.float64), np.asarray(sigma, np.float64)
+    return float(np.sum(np.log(sigma_p / sigma) + (sigma**2 + (mu - mu_p) ** 2) / (2 * sigma_p**2) - 0.5))
+
+
+# ----------------------------------------------------------------------------- Gaussian prior
+
+
+@pytest.mark.parametrize("loc, scale", [(0.0, 1.0), (0.5, 2.0), (-1.3, 0.05), (0.0, 1e-3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gaussian_prior_log_density_matches_closed_form(loc, scale, dtype):
+    reference = torch.zeros(3, 4, dtype=dtype)
+    prior = GaussianPrior(loc, scale)(reference)
+    assert prior.event_shape == (3, 4) and prior.batch_shape == ()
+    g = torch.Generator().manual_seed(1)
+    w = (loc + 3 * scale * torch.randn(3, 4, generator=g, dtype=torch.float64)).to(dtype)
+    expected = sum(gauss_logpdf(v, loc, scale) for v in w.double().flatten().tolist())
+    got = prior.log_prob(w)
+    assert got.shape == () and got.dtype == dtype
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    assert got.item() == pytest.approx(expected, rel=tol, abs=tol)
+    # the per-weight factors, too
+    base = GaussianPrior(loc, scale).base(reference).log_prob(w)
+    assert base.shape == (3, 4)
+    expected_each = torch.tensor([gauss_logpdf(v, loc, scale) for v in w.double().flatten().tolist()],
+                                 dtype=torch.float64)
+    torch.testing.assert_close(base.double().flatten(), expected_each, rtol=tol, atol=tol)
+
+
+def test_gaussian_prior_follows_reference_dtype_and_shape():
+    prior = GaussianPrior(0.0, 2.0)(torch.zeros(5, dtype=torch.float64))
+    sample = prior.sample((20000,))
+    assert sample.shape == (20000, 5) and sample.dtype == torch.float64
+    # sample std 2 within 4 standard errors (SE of a std ~ sigma / sqrt(2 n))
+    assert abs(sample.std().item() - 2.0) < 4 * 2.0 / math.sqrt(2 * sample.numel())
+
+
+# ----------------------------------------------------------------------------- scale mixture
+
+
+EXTREME_W = [0.0, 1e-30, 1e-12, 1e-8, 1e-5, 1e-4, 3.3e-4, 1e-3, 5e-3, 0.01, 0.1, 0.5, 1.0, 5.0, 30.0, 45.0,
+             1e3, -1e-6, -0.2, -60.0]
+MIXTURES = [(0.25, 1.0, math.exp(-8)), (0.5, math.exp(-1), math.exp(-6)), (0.75, math.exp(-2), math.exp(-7))]
+
+
+@pytest.mark.parametrize("pi, s1, s2", MIXTURES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scale_mixture_log_density_matches_logsumexp_reference(pi, s1, s2, dtype):
+    w = torch.tensor(EXTREME_W, dtype=dtype)
+    prior = ScaleMixturePrior(pi, s1, s2)
+    got = prior.base(w).log_prob(w)
+    assert got.shape == w.shape and got.dtype == dtype
+    assert torch.isfinite(got).all(), got
+    expected = torch.tensor([mixture_logpdf(v, pi, s1, s2) for v in w.double().tolist()], dtype=torch.float64)
+    if dtype == torch.float64:
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-10)
+    else:
+        torch.testing.assert_close(got.double(), expected, rtol=2e-6, atol=1e-4)
+    # the event-level density is the sum of the factors
+    total = prior(w).log_prob(w)
+    assert total.shape == ()
+    assert total.double().item() == pytest.approx(expected.sum().item(), rel=1e-5)
+
+
+def test_scale_mixture_extreme_weights_are_where_naive_evaluation_fails():
+    pi, s1, s2 = MIXTURES[0]
+    # sanity of the test itself: the naive density underflows for these weights ...
+    for v in (0.1, 1.0, 45.0, 1e3):
+        naive_spike = (1 - pi) * math.exp(gauss_logpdf(v, 0.0, s2))
+        assert naive_spike == 0.0
+    assert mixture_logpdf_naive(45.0, pi, s1, s2) == -math.inf
+    # ... while the prior stays exact: far from 0 only the slab counts, at 0 both components add up
+    w = torch.tensor([45.0, 1e3, 0.0], dtype=torch.float64)
+    got = ScaleMixturePrior(pi, s1, s2).base(w).log_prob(w)
+    assert got[0].item() == pytest.approx(math.log(pi) - math.log(s1) - HALF_LOG_2PI - 45.0**2 / 2, rel=1e-14)
+    assert got[1].item() == pytest.approx(math.log(pi) - math.log(s1) - HALF_LOG_2PI - 1e6 / 2, rel=1e-14)
+    at_zero = math.log(pi / s1 + (1 - pi) / s2) - HALF_LOG_2PI
+    assert got[2].item() == pytest.approx(at_zero, rel=1e-14)
+    # and where both components matter the float64 naive value agrees
+    v = 1e-3
+    assert mixture_logpdf(v, pi, s1, s2) == pytest.approx(mixture_logpdf_naive(v, pi, s1, s2), rel=1e-12)
+
+
+@pytest.mark.parametrize("pi, s1, s2", [(0.25, 1.0, math.exp(-8)), (0.6, 0.5, 0.02)])
+def test_scale_mixture_samples_variance_and_slab_fraction(pi, s1, s2):
+    n = 200_000
+    w = ScaleMixtureNormal(pi, s1, s2, (n,), dtype=torch.float64).sample()
+    assert w.shape == (n,) and w.dtype == torch.float64
+    # E w^2 = pi s1^2 + (1-pi) s2^2; Var(w^2) = 3 (pi s1^4 + (1-pi) s2^4) - (E w^2)^2
+    var = pi * s1**2 + (1 - pi) * s2**2
+    fourth = 3 * (pi * s1**4 + (1 - pi) * s2**4)
+    se = math.sqrt((fourth - var**2) / n)
+    assert abs((w * w).mean().item() - var) < 4 * se
+    assert abs(w.mean().item()) < 4 * math.sqrt(var / n)
+    # P(|w| > 10 s2) = pi P(|z| > 10 s2/s1) + (1-pi) P(|z| > 10)  (~ pi for s2 << s1)
+    p = pi * math.erfc(10 * s2 / s1 / math.sqrt(2)) + (1 - pi) * math.erfc(10 / math.sqrt(2))
+    frac = (w.abs() > 10 * s2).double().mean().item()
+    assert abs(frac - p) < 4 * math.sqrt(p * (1 - p) / n)
+    if s2 / s1 < 1e-3:
+        assert abs(frac - pi) < 0.01
+    # the distribution reports the same moments
+    d = ScaleMixtureNormal(pi, s1, s2, (3,), dtype=torch.float64)
+    torch.testing.assert_close(d.variance, torch.full((3,), var, dtype=torch.float64))
+    torch.testing.assert_close(d.mean, torch.zeros(3, dtype=torch.float64))
+
+
+def test_scale_mixture_prior_sample_has_reference_shape_and_dtype():
+    reference = torch.zeros(4, 3, dtype=torch.float64)
+    prior = ScaleMixturePrior()(reference)
+    s = prior.sample()
+    assert s.shape == (4, 3) and s.dtype == torch.float64
+    assert prior.event_shape == (4, 3)
+    assert prior.sample((7,)).shape == (7, 4, 3)
+
+
+# ----------------------------------------------------------------------------- KL
+
+
+def _guide_posterior_and_prior(prior, shape=(3, 5), seed=0):
+    """A NormalGuide posterior with random mu, rho and the model's prior for a (3, 5) weight."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(shape[1], shape[0], bias=False))
+    model = BayesianNetwork(net, prior=prior, num_data=10)
+    guide = NormalGuide(model, init_rho=-1.0)
+    (site,) = model.sites()
+    with torch.no_grad():
+        guide.param(site.name, "loc").copy_(torch.randn(shape) * 0.7)
+        guide.param(site.name, "rho").copy_(torch.randn(shape) - 1.0)
+    loc, scale = guide.loc_scale(site.name)
+    return guide.get_posterior(site.name), site.prior(site.init), loc.detach(), scale.detach()
+
+
+@pytest.mark.parametrize("loc_p, scale_p", [(0.0, 1.0), (0.3, 0.5), (-1.0, 2.0)])
+def test_analytic_kl_guide_to_gaussian_prior_matches_formula(loc_p, scale_p):
+    q, p, mu, sigma = _guide_posterior_and_prior(GaussianPrior(loc_p, scale_p))
+    kl = kl_divergence(q, p)
+    assert kl.shape == ()
+    expected = kl_formula(mu.numpy(), sigma.numpy(), loc_p, scale_p)
+    assert kl.item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    # the generic torch Normal-Normal KL agrees
+    generic = kl_divergence(dist.Normal(mu, sigma), dist.Normal(torch.full_like(mu, loc_p),
+                                                                  torch.full_like(mu, scale_p))).sum()
+    assert kl.item() == pytest.approx(generic.item(), rel=1e-5)
+    # differentiable w.r.t. the guide parameters
+    kl.backward()
+
+
+@pytest.mark.parametrize("loc_p, scale_p", [(0.0, 1.0), (0.5, 0.3)])
+def test_analytic_kl_agrees_with_monte_carlo(loc_p, scale_p):
+    dtype = torch.float64
+    mu = torch.tensor([0.3, -0.8, 1.2], dtype=dtype)
+    sigma = torch.tensor([0.2, 0.9, 0.5], dtype=dtype)
+    q = dist.Normal(mu, sigma).to_event(1)
+    p = GaussianPrior(loc_p, scale_p)(mu)
+    analytic = kl_divergence(q, p).item()
+    assert analytic == pytest.approx(kl_formula(mu, sigma, loc_p, scale_p), rel=1e-12)
+    n = 200_000
+    w = q.sample((n,))
+    log_ratio = q.log_prob(w) - p.log_prob(w)
+    mc, se = log_ratio.mean().item(), log_ratio.std().item() / math.sqrt(n)
+    assert abs(mc - analytic) < 4 * se, (mc, analytic, se)
+
+
+def test_scale_mixture_has_no_closed_form_kl_and_mc_estimate_is_consistent():
+    pi, s1, s2 = 0.5, 1.0, 0.1
+    dtype = torch.float64
+    mu = torch.tensor([0.05, -0.3], dtype=dtype)
+    sigma = torch.tensor([0.05, 0.4], dtype=dtype)
+    q = dist.Normal(mu, sigma).to_event(1)
+    p = ScaleMixturePrior(pi, s1, s2)(mu)
+    with pytest.raises(NotImplementedError):
+        kl_divergence(q, p)
+    # MC estimate vs a deterministic quadrature of the same integral (per weight, then summed)
+    n = 200_000
+    w = q.sample((n,))
+    log_ratio = q.log_prob(w) - p.log_prob(w)
+    mc, se = log_ratio.mean().item(), log_ratio.std().item() / math.sqrt(n)
+    quad = 0.0
+    for m, s in zip(mu.tolist(), sigma.tolist()):
+        grid = np.linspace(m - 10 * s, m + 10 * s, 20001)
+        logq = np.array([gauss_logpdf(v, m, s) for v in grid])
+        logp = np.array([mixture_logpdf(v, pi, s1, s2) for v in grid])
+        quad += float(np.trapezoid(np.exp(logq) * (logq - logp), grid))
+    assert abs(mc - quad) < 4 * se, (mc, quad, se)
+
+
+def test_elbo_kl_term_is_the_analytic_kl_for_a_gaussian_prior():
+    """MeanFieldELBO's kl for a single-site model equals kl_divergence(posterior, prior), for any sample."""
+    prior = GaussianPrior(0.2, 0.8)
+    torch.manual_seed(3)
+    model = BayesianNetwork(nn.Sequential(nn.Linear(4, 3)), prior=prior, num_data=20)
+    guide = NormalGuide(model, init_loc="prior", init_rho=-0.5)
+    expected = 0.0
+    for site in model.sites():
+        mu, sigma = guide.loc_scale(site.name)
+        expected += kl_formula(mu.detach().numpy(), sigma.detach().numpy(), 0.2, 0.8)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 1, 0])
+    kls = [MeanFieldELBO().terms(model, guide, x, y).kl.item() for _ in range(3)]
+    for kl in kls:
+        assert kl == pytest.approx(expected, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(scale=0.0), "scale"),
+        (dict(scale=-1.0), "scale"),
+        (dict(scale=float("nan")), "scale"),
+        (dict(scale=float("inf")), "scale"),
+        (dict(loc=float("nan")), "loc"),
+        (dict(loc=float("inf")), "loc"),
+    ],
+)
+def test_gaussian_prior_rejects_invalid_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        GaussianPrior(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(pi=0.0), "pi"),
+        (dict(pi=1.0), "pi"),
+        (dict(pi=1.5), "pi"),
+        (dict(pi=-0.25), "pi"),
+        (dict(pi=float("nan")), "pi"),
+        (dict(sigma1=0.0), "sigma1"),
+        (dict(sigma1=-1.0), "sigma1"),
+        (dict(sigma1=float("nan")), "sigma1"),
+        (dict(sigma2=0.0), "sigma2"),
+        (dict(sigma2=-1e-3), "sigma2"),
+        (dict(sigma2=float("nan")), "sigma2"),
+    ],
+)
+def test_scale_mixture_prior_rejects_invalid_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        ScaleMixturePrior(**kwargs)
+
+
+def test_valid_edge_arguments_are_accepted():
+    GaussianPrior(loc=-3.0, scale=1e-8)
+    ScaleMixturePrior(pi=1e-6, sigma1=10.0, sigma2=1e-9)
+    ScaleMixturePrior(pi=1 - 1e-6)
