@@ -150,12 +150,13 @@ def bayesian_sites(net: nn.Module) -> Iterator[Site]:
                 yield Site(_make_name(module._pyro_name, attr), module, attr, fn.prior)
 
 
-def last_layer(net: nn.Module) -> str:
-    """Glob pattern selecting the last module with parameters (``include=last_layer(net)``)."""
+def last_layer(net: nn.Module) -> list[str]:
+    """Names of the parameters of the last module that has any (``include=last_layer(net)``)."""
     last = None
     for name, module in net.named_modules():
-        if name and any(True for _ in module.parameters(recurse=False)):
-            last = name
+        own = [attr for attr, _ in module.named_parameters(recurse=False)]
+        if own:
+            last = [f"{name}.{attr}" if name else attr for attr in own]
     if last is None:
         raise ValueError("the network has no parameters")
-    return f"{last}.*"
+    return last

@@ -22,7 +22,8 @@ from rich.table import Table
 
 from .checkpoint import load_checkpoint
 from .config import RunConfig, beta_schedule, build
-from .train import fit, resolve_device
+from .device import resolve_device
+from .train import TrainingDiverged, fit
 
 __all__ = ["main", "train", "evaluate", "Evaluate"]
 
@@ -160,3 +161,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (ValueError, FileNotFoundError, TypeError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise SystemExit(2) from None
+    except TrainingDiverged as error:
+        console.print(f"[bold red]error: training diverged:[/] {error}")
+        raise SystemExit(1) from None

@@ -118,18 +118,24 @@ class IsotropicNormal(TorchDistribution):
             self._validate_sample(value)
         centred = value - self.loc if self.loc else value
         constant = self.event_shape.numel() * (math.log(self.scale) + 0.5 * math.log(2 * math.pi))
-        return centred.square().sum(self._dims()) * (-0.5 / self.scale**2) - constant
+        return _sum_event(centred.square(), self._dims()) * (-0.5 / self.scale**2) - constant
+
+
+def _sum_event(value: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """Sum over the event dimensions (none for a scalar parameter)."""
+    return value.sum(dims) if dims else value
 
 
 @register_kl(Independent, IsotropicNormal)
+@register_kl(Normal, IsotropicNormal)
 def _kl_diagonal_normal_isotropic(q, p):
-    base = q.base_dist
+    base = q.base_dist if isinstance(q, Independent) else q
     if not isinstance(base, Normal) or q.event_shape != p.event_shape:
         raise NotImplementedError
     dims = p._dims()
     centred = base.loc - p.loc if p.loc else base.loc
     return (
-        (base.scale.square().sum(dims) + centred.square().sum(dims)) * (0.5 / p.scale**2)
-        - base.scale.log().sum(dims)
+        (_sum_event(base.scale.square(), dims) + _sum_event(centred.square(), dims)) * (0.5 / p.scale**2)
+        - _sum_event(base.scale.log(), dims)
         + p.event_shape.numel() * (math.log(p.scale) - 0.5)
     )

@@ -8,6 +8,8 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from .device import device_of
+
 __all__ = ["predict", "predictive_outputs", "evaluate", "prediction_mode"]
 
 
@@ -41,8 +43,7 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    device = next((p.device for p in guide.parameters()), x.device)
-    x = x.to(device)
+    x = x.to(device_of(guide, model))
     model.check_input(x)
     outputs = []
     with prediction_mode(model, mc_dropout):

@@ -31,10 +31,11 @@ import pyro
 import torch
 from torch import nn
 
+from .device import device_of, resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
 from .handlers import kl_annealing
-from .predict import evaluate
+from .predict import evaluate, prediction_mode
 from .schedules import Constant
 
 __all__ = ["fit", "svi_step", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]
@@ -42,21 +43,6 @@ __all__ = ["fit", "svi_step", "make_optimizer", "resolve_device", "TrainingDiver
 
 class TrainingDiverged(FloatingPointError):
     """The loss became NaN or infinite; training stopped and the last good checkpoint was kept."""
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        return torch.device("cpu")
-    if isinstance(device, str) and device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} but CUDA is not available here: use --device cpu or auto")
-        return torch.device(device)
-    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
 
 
 @dataclass
@@ -116,8 +102,8 @@ def _check_data(model, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what}: x has {x.shape[0]} examples but y has {y.shape[0]}")
     model.check_input(x[:1])
     if model.task == "classification":
-        with torch.no_grad(), pyro.poutine.block():
-            num_classes = model.net(x[:1].to(_model_device(model))).shape[-1]
+        with torch.no_grad(), pyro.poutine.block(), prediction_mode(model):
+            num_classes = model.net(x[:1].to(device_of(model))).shape[-1]
         if y.dtype.is_floating_point:
             raise ValueError(f"{what}: labels must be integer class indices, got {y.dtype}")
         low, high = int(y.min()), int(y.max())
@@ -126,12 +112,6 @@ def _check_data(model, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
                 f"{what}: label {low if low < 0 else high} is out of range for a network with "
                 f"{num_classes} outputs (labels must lie in [0, {num_classes - 1}])"
             )
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
 
 
 def fit(

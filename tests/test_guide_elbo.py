@@ -323,7 +323,7 @@ def test_exclude_none_makes_batchnorm_bayesian_and_type_selectors_work():
 
 def test_last_layer_selects_only_the_last_linear():
     net = small_convnet()
-    assert last_layer(net) == "4.*"
+    assert last_layer(net) == ["4.weight", "4.bias"]
     model = BayesianNetwork(net, include=last_layer(net), num_data=10)
     assert site_names(model) == {"net.4.weight", "net.4.bias"}
     mlp = small_mlp()
@@ -346,11 +346,19 @@ def test_selection_that_matches_nothing_raises():
 
 
 def test_prior_follows_module_dtype():
-    model = BayesianNetwork(small_mlp().double(), num_data=10)
-    guide = NormalGuide(model)
-    x, y = torch.randn(5, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1])
-    terms = MeanFieldELBO().terms(model, guide, x, y)
+    model = BayesianNetwork(small_mlp(), prior=GaussianPrior(0.1, 0.5), num_data=10)
+    guide = NormalGuide(model, init_rho=-1.0)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    assert MeanFieldELBO().terms(model, guide, x, y).loss.dtype == torch.float32
+    model.double()  # after a first call: the prior must follow the module, not stay float32
+    guide.double()
+    terms = MeanFieldELBO().terms(model, guide, x.double(), y)
     assert terms.loss.dtype == torch.float64
+    expected = sum(kl_formula(*guide.loc_scale(name), 0.1, 0.5) for name in guide.site_names)
+    assert terms.kl.item() == pytest.approx(expected, rel=1e-12)
+    trace = poutine.trace(model).get_trace(x.double(), y)
+    assert all(site["value"].dtype == torch.float64 for name, site in trace.nodes.items()
+               if site["type"] == "sample" and name.startswith("net."))
 
 
 # ----------------------------------------------------------------------------- torchvision

@@ -63,12 +63,32 @@ def test_gaussian_prior_log_density_matches_closed_form(loc, scale, dtype):
     assert got.shape == () and got.dtype == dtype
     tol = 1e-10 if dtype == torch.float64 else 1e-4
     assert got.item() == pytest.approx(expected, rel=tol, abs=tol)
-    # the per-weight factors, too
-    base = GaussianPrior(loc, scale).base(reference).log_prob(w)
-    assert base.shape == (3, 4)
+    # the per-weight factors, too: one weight per event, a batch of 12 events
+    each = GaussianPrior(loc, scale)(torch.zeros(1, dtype=dtype)).log_prob(w.reshape(12, 1))
+    assert each.shape == (12,)
     expected_each = torch.tensor([gauss_logpdf(v, loc, scale) for v in w.double().flatten().tolist()],
                                  dtype=torch.float64)
-    torch.testing.assert_close(base.double().flatten(), expected_each, rtol=tol, atol=tol)
+    torch.testing.assert_close(each.double(), expected_each, rtol=tol, atol=tol)
+    # and a batch of samples of the whole tensor gives one log-density per sample
+    batch = torch.stack([w, w * 0.5, w - 1])
+    got_batch = prior.log_prob(batch)
+    assert got_batch.shape == (3,)
+    for row, value in zip(batch, got_batch):
+        ref = sum(gauss_logpdf(v, loc, scale) for v in row.double().flatten().tolist())
+        assert value.item() == pytest.approx(ref, rel=tol, abs=tol)
+
+
+def test_gaussian_prior_of_a_scalar_parameter():
+    """A 0-dim parameter (e.g. a learnable temperature) has a 0-dim event: log_prob of a batch of
+    values is one log-density per value."""
+    prior = GaussianPrior(0.5, 2.0)(torch.zeros((), dtype=torch.float64))
+    assert prior.event_shape == () and prior.batch_shape == ()
+    w = torch.tensor([-1.0, 0.0, 0.5, 3.0, 10.0], dtype=torch.float64)
+    got = prior.log_prob(w)
+    expected = torch.tensor([gauss_logpdf(v, 0.5, 2.0) for v in w.tolist()], dtype=torch.float64)
+    assert got.shape == (5,)
+    torch.testing.assert_close(got, expected)
+    assert prior.log_prob(w[1]).item() == pytest.approx(gauss_logpdf(0.0, 0.5, 2.0), rel=1e-12)
 
 
 def test_gaussian_prior_follows_reference_dtype_and_shape():
@@ -92,7 +112,7 @@ MIXTURES = [(0.25, 1.0, math.exp(-8)), (0.5, math.exp(-1), math.exp(-6)), (0.75,
 def test_scale_mixture_log_density_matches_logsumexp_reference(pi, s1, s2, dtype):
     w = torch.tensor(EXTREME_W, dtype=dtype)
     prior = ScaleMixturePrior(pi, s1, s2)
-    got = prior.base(w).log_prob(w)
+    got = ScaleMixtureNormal(pi, s1, s2, w.shape, dtype=dtype).log_prob(w)
     assert got.shape == w.shape and got.dtype == dtype
     assert torch.isfinite(got).all(), got
     expected = torch.tensor([mixture_logpdf(v, pi, s1, s2) for v in w.double().tolist()], dtype=torch.float64)
@@ -115,7 +135,7 @@ def test_scale_mixture_extreme_weights_are_where_naive_evaluation_fails():
     assert mixture_logpdf_naive(45.0, pi, s1, s2) == -math.inf
     # ... while the prior stays exact: far from 0 only the slab counts, at 0 both components add up
     w = torch.tensor([45.0, 1e3, 0.0], dtype=torch.float64)
-    got = ScaleMixturePrior(pi, s1, s2).base(w).log_prob(w)
+    got = ScaleMixtureNormal(pi, s1, s2, w.shape, dtype=torch.float64).log_prob(w)
     assert got[0].item() == pytest.approx(math.log(pi) - math.log(s1) - HALF_LOG_2PI - 45.0**2 / 2, rel=1e-14)
     assert got[1].item() == pytest.approx(math.log(pi) - math.log(s1) - HALF_LOG_2PI - 1e6 / 2, rel=1e-14)
     at_zero = math.log(pi / s1 + (1 - pi) / s2) - HALF_LOG_2PI
@@ -242,6 +262,36 @@ def test_elbo_kl_term_is_the_analytic_kl_for_a_gaussian_prior():
     kls = [MeanFieldELBO().terms(model, guide, x, y).kl.item() for _ in range(3)]
     for kl in kls:
         assert kl == pytest.approx(expected, rel=1e-5)
+
+
+class _Tempered(nn.Module):
+    """A linear layer times a learnable 0-dim temperature."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+        self.temperature = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        return self.linear(x) * self.temperature
+
+
+def test_elbo_kl_is_analytic_for_a_scalar_parameter_too():
+    """A 0-dim Bayesian parameter with a Gaussian prior has a closed-form KL like any other."""
+    torch.manual_seed(0)
+    model = BayesianNetwork(_Tempered(), prior=GaussianPrior(0.0, 1.0), num_data=20)
+    guide = NormalGuide(model, init_rho=-0.5)
+    assert {site.name for site in model.sites()} == {"net.linear.weight", "net.linear.bias", "net.temperature"}
+    q = guide.get_posterior("net.temperature")
+    (site,) = [s for s in model.sites() if s.name == "net.temperature"]
+    mu, sigma = guide.loc_scale("net.temperature")
+    assert kl_divergence(q, site.prior(site.init)).item() == pytest.approx(
+        kl_formula(mu.detach().numpy(), sigma.detach().numpy(), 0.0, 1.0), rel=1e-5)
+    expected = sum(kl_formula(*(t.detach().numpy() for t in guide.loc_scale(name)), 0.0, 1.0)
+                   for name in guide.site_names)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 1, 0])
+    for _ in range(3):
+        assert MeanFieldELBO().terms(model, guide, x, y).kl.item() == pytest.approx(expected, rel=1e-5)
 
 
 # ----------------------------------------------------------------------------- argument checks

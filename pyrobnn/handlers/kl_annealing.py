@@ -23,7 +23,7 @@ class KLAnnealingMessenger(Messenger):
     """
 
     def __init__(self, beta: Union[float, torch.Tensor] = 1.0):
-        if not (isinstance(beta, torch.Tensor) or beta >= 0):
+        if not bool((torch.as_tensor(beta) >= 0).all()):
             raise ValueError(f"beta (KL weight) must be >= 0, got {beta!r}")
         super().__init__()
         self.beta = beta

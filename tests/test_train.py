@@ -1,0 +1,262 @@
+"""The training loop: exact resume from a checkpoint, divergence handling, input validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from pyrobnn import BayesianNetwork, NormalGuide
+from pyrobnn.checkpoint import load_checkpoint
+from pyrobnn.data import load_dataset, two_moons
+from pyrobnn.models import build_model
+from pyrobnn.train import TrainingDiverged, fit
+
+FIT = dict(batch_size=32, num_particles=2, lr=1e-2, seed=0, device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def moons():
+    return two_moons(n=400, n_train=200, seed=1)
+
+
+def make_run(input_shape=None):
+    """A fresh tiny MLP (same initial weights every time) with its guide."""
+    torch.manual_seed(1234)
+    net = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2))
+    model = BayesianNetwork(net, num_data=200, input_shape=input_shape)
+    return model, NormalGuide(model, init_rho=-4.0)
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+@pytest.mark.parametrize("extra", ["adam", "sgd+lr_step+val"])
+def test_resume_from_checkpoint_continues_exactly(moons, tmp_path, extra):
+    x, y = moons.x_train, moons.y_train
+    options = dict(FIT)
+    if extra != "adam":
+        # validation draws posterior samples between epochs (RNG), the lr schedule and SGD momentum
+        # are state of their own: all must be restored
+        options.update(optimizer="sgd", lr_step=1, lr_gamma=0.5, val=(moons.x_test[:50], moons.y_test[:50]),
+                       val_samples=3)
+    model, guide = make_run()
+    full = fit(model, guide, x, y, epochs=4, **options)
+
+    path = tmp_path / "ckpt" / "checkpoint.pt"
+    model1, guide1 = make_run()
+    first = fit(model1, guide1, x, y, epochs=2, checkpoint=path, **options)
+    assert path.is_file()
+    assert load_checkpoint(path)["epoch"] == 1
+    assert first["loss"] == full["loss"][:2]
+
+    model2, guide2 = make_run()  # a new process would start from here
+    resumed = fit(model2, guide2, x, y, epochs=4, checkpoint=path, resume=True, **options)
+
+    assert resumed["epoch"] == [1, 2, 3, 4]
+    assert resumed["loss"] == full["loss"]
+    assert resumed["nll"] == full["nll"] and resumed["kl"] == full["kl"]
+    assert resumed["lr"] == full["lr"]
+    if extra != "adam":
+        assert full["lr"] == [1e-2, 5e-3, 2.5e-3, 1.25e-3]
+        assert resumed["val_accuracy"] == full["val_accuracy"] and resumed["val_nll"] == full["val_nll"]
+    expected, got = guide.state_dict(), guide2.state_dict()
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+    assert load_checkpoint(path)["epoch"] == 3
+    # training did something: the loss went down and the parameters moved
+    assert full["loss"][-1] < full["loss"][0]
+    assert not torch.equal(guide1.state_dict()[key], got[key])
+
+
+def test_resume_without_checkpoint_file_starts_from_scratch(moons, tmp_path):
+    path = tmp_path / "fresh.pt"
+    model, guide = make_run()
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=path, resume=True, **FIT)
+    assert history["epoch"] == [1] and path.is_file()
+    state = load_checkpoint(path)
+    assert set(state) >= {"model", "guide", "optimizer", "scheduler", "epoch", "history", "rng", "config"}
+
+
+# ----------------------------------------------------------------------------- divergence
+
+
+def test_nan_loss_raises_and_keeps_last_good_checkpoint(moons, tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    model, guide = make_run()
+    fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=path, **FIT)
+    good = {k: v.clone() for k, v in guide.state_dict().items()}
+    assert load_checkpoint(path)["epoch"] == 0
+
+    model2, guide2 = make_run()
+    x_nan = torch.full_like(moons.x_train, float("nan"))
+    with pytest.raises(TrainingDiverged, match=r"epoch 2") as info:
+        fit(model2, guide2, x_nan, moons.y_train, epochs=2, checkpoint=path, resume=True, **FIT)
+    message = str(info.value)
+    assert "nan" in message.lower() and str(path) in message
+
+    state = load_checkpoint(path)
+    assert state["epoch"] == 0
+    assert len(state["history"]) == 1 and math.isfinite(state["history"][0]["loss"])
+    for key, value in good.items():
+        assert torch.equal(state["guide"][key], value), key
+
+
+def test_divergence_in_the_middle_of_a_run(moons, tmp_path):
+    """Inputs that become NaN after the first epoch: stop at epoch 2, checkpoint of epoch 1 kept."""
+    path = tmp_path / "run" / "checkpoint.pt"
+    x = moons.x_train.clone()
+    seen = []
+
+    def poison(epoch, record):
+        seen.append(epoch)
+        if epoch == 0:
+            x.fill_(float("nan"))
+
+    model, guide = make_run()
+    with pytest.raises(TrainingDiverged, match=r"epoch 2, step 1"):
+        fit(model, guide, x, moons.y_train, epochs=3, checkpoint=path, on_epoch_end=poison, **FIT)
+    assert seen == [0]
+    state = load_checkpoint(path)
+    assert state["epoch"] == 0
+    model2, guide2 = make_run()
+    guide2.load_state_dict(state["guide"])  # loadable into a fresh guide
+    assert all(torch.isfinite(v).all() for v in guide2.state_dict().values())
+
+
+def test_huge_learning_rate_diverges_with_clear_error(moons):
+    model, guide = make_run()
+    # one Adam step moves every mean by ~lr: mu^2 in the KL overflows float32 on the next step
+    with pytest.raises(TrainingDiverged, match=r"loss became (inf|nan) at epoch 1, step 2 .*lr=1e\+30"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=2, **{**FIT, "lr": 1e30})
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def test_wrong_input_shape(moons):
+    model, guide = make_run(input_shape=(2,))
+    x = torch.randn(20, 3)
+    y = torch.zeros(20, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"shape \(3,\).*\(2,\)"):
+        fit(model, guide, x, y, epochs=1, **FIT)
+    with pytest.raises(ValueError, match="shape"):
+        model(x, y)
+    with pytest.raises(ValueError, match="shape"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, val=(x, y), **FIT)
+
+
+def test_input_that_does_not_fit_the_network_without_input_shape():
+    model, guide = make_run()
+    with pytest.raises(ValueError, match="does not fit the network"):
+        model(torch.randn(4, 5), torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("bad, match", [(2, "label 2 is out of range"), (-1, "label -1 is out of range")])
+def test_labels_out_of_range(moons, bad, match):
+    model, guide = make_run()
+    y = moons.y_train.clone()
+    y[5] = bad
+    with pytest.raises(ValueError, match=match):
+        fit(model, guide, moons.x_train, y, epochs=1, **FIT)
+
+
+def test_float_labels_and_length_mismatch(moons):
+    model, guide = make_run()
+    with pytest.raises(ValueError, match="integer"):
+        fit(model, guide, moons.x_train, moons.y_train.float(), epochs=1, **FIT)
+    with pytest.raises(ValueError, match="200 examples but y has 199"):
+        fit(model, guide, moons.x_train, moons.y_train[:-1], epochs=1, **FIT)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(batch_size=0), "batch_size"),
+        (dict(epochs=0), "epochs"),
+        (dict(epochs=-2), "epochs"),
+        (dict(num_particles=0), "num_particles"),
+        (dict(lr=0.0), "lr"),
+        (dict(lr=float("nan")), "lr"),
+        (dict(optimizer="rmsprop"), "optimizer"),
+        (dict(lr_step=-1), "lr_step"),
+        (dict(resume=True), "checkpoint"),
+        (dict(device="tpu"), "device"),
+    ],
+)
+def test_invalid_fit_arguments(moons, kwargs, match):
+    model, guide = make_run()
+    with pytest.raises(ValueError, match=match):
+        fit(model, guide, moons.x_train, moons.y_train, **{**FIT, "epochs": 1, **kwargs})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_requested_without_cuda(moons):
+    model, guide = make_run()
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        fit(model, guide, moons.x_train, moons.y_train, **{**FIT, "epochs": 1, "device": "cuda"})
+
+
+def test_unknown_dataset():
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+        load_dataset("imagenet")
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="unknown model 'resnet9000'"):
+        build_model("resnet9000", (1, 28, 28), 10)
+    with pytest.raises(ValueError, match="unknown torchvision model 'notamodel'"):
+        build_model("tv:notamodel", (3, 32, 32), 10)
+
+
+def test_missing_data_root(tmp_path):
+    root = tmp_path / "no-such-dir"
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("mnist", root, download=False)
+    message = str(info.value)
+    assert str(root) in message and "--data-root" in message and "PYROBNN_DATA" in message
+    assert not root.exists()  # nothing created next to the requested root
+
+
+def test_deterministic_baseline_trains_through_the_same_loop(moons):
+    torch.manual_seed(1234)
+    net = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2))
+    model = BayesianNetwork(net, num_data=200, deterministic=True)
+    guide = NormalGuide(model)
+    assert model.sites() == [] and list(guide.parameters()) == []
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3, **{**FIT, "num_particles": 1})
+    assert history["kl"] == [0.0, 0.0, 0.0]
+    assert history["loss"][-1] < history["loss"][0]
+    assert history["loss"] == pytest.approx(history["nll"])
+
+
+# ----------------------------------------------------------------------------- BatchNorm networks
+
+
+def test_fit_network_with_batchnorm1d(moons):
+    """A BatchNorm1d network (deterministic BN, Bayesian Linear layers) trains with fit."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+    model = BayesianNetwork(net, num_data=200)
+    guide = NormalGuide(model, init_rho=-4.0)
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=2, **FIT)
+    assert len(history.epochs) == 2 and all(math.isfinite(v) for v in history["loss"])
+
+
+def test_fit_updates_batchnorm_statistics_only_in_training_steps():
+    """Running statistics of (e.g. pretrained) BatchNorm layers move once per training forward pass,
+    never on an input-validation pass with a single example and prior weights."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 6 * 6, 2))
+    model = BayesianNetwork(net, num_data=16)
+    guide = NormalGuide(model, init_rho=-4.0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 2, (16,), generator=g)
+    bn = model.net[1]
+    assert bn.num_batches_tracked.item() == 0
+    fit(model, guide, x, y, epochs=1, **{**FIT, "batch_size": 16, "num_particles": 1})
+    # one epoch of one minibatch with one particle = exactly one training forward pass
+    assert bn.num_batches_tracked.item() == 1
