@@ -126,12 +126,42 @@ def _sum_event(value: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return value.sum(dims) if dims else value
 
 
+class _DiagonalNormalKL(torch.autograd.Function):
+    """:math:`\sum_i \mathrm{KL}(\mathcal N(\mu_i, \sigma_i^2) \| \mathcal N(\mu_p, \sigma_p^2))` for
+    scalar prior hyper-parameters, reduced in the forward pass, with the closed-form gradients
+    :math:`\partial/\partial\mu_i = (\mu_i - \mu_p)/\sigma_p^2` and
+    :math:`\partial/\partial\sigma_i = \sigma_i/\sigma_p^2 - 1/\sigma_i`
+    (three passes over the weights forward, three backward, instead of autograd's dozen)."""
+
+    @staticmethod
+    def forward(ctx, loc, scale, prior_loc: float, prior_scale: float):
+        centred = (loc - prior_loc if prior_loc else loc).reshape(-1)
+        flat_scale = scale.reshape(-1)
+        precision = 1.0 / prior_scale**2
+        ctx.save_for_backward(centred, flat_scale)
+        ctx.precision, ctx.shape = precision, scale.shape
+        return ((torch.dot(flat_scale, flat_scale) + torch.dot(centred, centred)) * (0.5 * precision)
+                - flat_scale.log().sum() + flat_scale.numel() * (math.log(prior_scale) - 0.5))
+
+    @staticmethod
+    def backward(ctx, grad):
+        centred, scale = ctx.saved_tensors
+        grad_loc = grad_scale = None
+        if ctx.needs_input_grad[0]:
+            grad_loc = (centred * (grad * ctx.precision)).view(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            grad_scale = ((scale * ctx.precision - scale.reciprocal()) * grad).view(ctx.shape)
+        return grad_loc, grad_scale, None, None
+
+
 @register_kl(Independent, IsotropicNormal)
 @register_kl(Normal, IsotropicNormal)
 def _kl_diagonal_normal_isotropic(q, p):
     base = q.base_dist if isinstance(q, Independent) else q
     if not isinstance(base, Normal) or q.event_shape != p.event_shape:
         raise NotImplementedError
+    if q.batch_shape == () and base.loc.shape == base.scale.shape == p.event_shape:
+        return _DiagonalNormalKL.apply(base.loc, base.scale, p.loc, p.scale)
     dims = p._dims()
     centred = base.loc - p.loc if p.loc else base.loc
     return (
