@@ -127,7 +127,7 @@ def _sum_event(value: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 
 
 class _DiagonalNormalKL(torch.autograd.Function):
-    """:math:`\sum_i \mathrm{KL}(\mathcal N(\mu_i, \sigma_i^2) \| \mathcal N(\mu_p, \sigma_p^2))` for
+    r""":math:`\sum_i \mathrm{KL}(\mathcal N(\mu_i, \sigma_i^2) \| \mathcal N(\mu_p, \sigma_p^2))` for
     scalar prior hyper-parameters, reduced in the forward pass, with the closed-form gradients
     :math:`\partial/\partial\mu_i = (\mu_i - \mu_p)/\sigma_p^2` and
     :math:`\partial/\partial\sigma_i = \sigma_i/\sigma_p^2 - 1/\sigma_i`
