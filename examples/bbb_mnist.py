@@ -43,6 +43,8 @@ def run(method: str, data, args) -> dict[str, float]:
         epochs=args.epochs, batch_size=128, lr=1e-3, lr_step=100, lr_gamma=0.5,
         beta=Geometric() if bayesian else Constant(1.0), num_particles=args.particles if bayesian else 1,
         seed=args.seed, device=args.device, progress=not args.no_progress,
+        on_epoch_end=lambda epoch, r: print(f"{method} epoch {epoch + 1}: loss {r['loss']:.4g} "
+                                            f"nll {r['nll']:.4g} kl {r['kl']:.4g} {r['seconds']:.1f}s", flush=True),
     )
     metrics = evaluate(model, guide, data.x_test, data.y_test, num_samples=args.samples if bayesian else 1)
     seconds = sum(history["seconds"])

@@ -1,0 +1,43 @@
+"""The mechanism shared by :func:`local_reparameterization` and :func:`flipout`.
+
+A Normal-family latent site sampled under the handler gets a
+:class:`~pyrobnn.gaussian_weight.GaussianWeight` as its value instead of a
+sampled tensor; the layers that consume it (``F.linear``, ``F.convNd``) then
+sample their outputs as the handler's mode says. Sites already given a value
+(the model replaying the guide, observed sites) pass through untouched, so the
+handler is placed around the whole ELBO (or prediction) call, like
+:func:`~pyrobnn.handlers.kl_annealing`.
+"""
+
+from __future__ import annotations
+
+from pyro.poutine.messenger import Messenger
+from torch.distributions import Independent, Normal
+
+from ..gaussian_weight import GaussianWeight
+
+__all__ = ["GaussianWeightMessenger"]
+
+
+class GaussianWeightMessenger(Messenger):
+    """Give every Normal-family latent sample site a :class:`GaussianWeight` value of ``mode``."""
+
+    mode: str = "local"
+    handler_name: str = "local_reparameterization"
+
+    def _pyro_sample(self, msg):
+        if msg["is_observed"] or msg["done"] or msg["value"] is not None:
+            return
+        fn = msg["fn"]
+        base = fn.base_dist if isinstance(fn, Independent) else fn
+        if not isinstance(base, Normal):
+            raise ValueError(
+                f"{self.handler_name} needs a Normal-family posterior, but site {msg['name']!r} is "
+                f"sampled from {type(base).__name__}: use a Normal guide (e.g. NormalGuide) for it, "
+                f"or keep that parameter out of the handler (pyro.poutine.block) / train without it."
+            )
+        loc, scale = base.loc, base.scale
+        if loc.shape != fn.shape():
+            loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
+        msg["value"] = GaussianWeight(loc, scale, self.mode)
+        msg["done"] = True
