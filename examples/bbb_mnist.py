@@ -42,6 +42,7 @@ def run(method: str, data, args) -> dict[str, float]:
         model, guide, data.x_train, data.y_train,
         epochs=args.epochs, batch_size=128, lr=1e-3, lr_step=100, lr_gamma=0.5,
         beta=Geometric() if bayesian else Constant(1.0), num_particles=args.particles if bayesian else 1,
+        estimator=args.estimator if bayesian else "sample",
         seed=args.seed, device=args.device, progress=not args.no_progress,
         on_epoch_end=lambda epoch, r: print(f"{method} epoch {epoch + 1}: loss {r['loss']:.4g} "
                                             f"nll {r['nll']:.4g} kl {r['kl']:.4g} {r['seconds']:.1f}s", flush=True),
@@ -56,6 +57,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=400, help="hidden width h of the 784-h-10 MLP")
     parser.add_argument("--particles", type=int, default=5, help="posterior samples per minibatch (BBB)")
+    parser.add_argument("--estimator", default="sample", choices=["sample", "local", "flipout"],
+                        help="BBB gradient estimator: weight sampling, local reparameterization, flipout")
     parser.add_argument("--samples", type=int, default=100, help="posterior samples for test predictions")
     parser.add_argument("--init-rho", type=float, default=-5.0, help="initial rho: sigma0 = softplus(rho)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)

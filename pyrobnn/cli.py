@@ -88,7 +88,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     history = fit(
         model, guide, data.x_train, data.y_train, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
         optimizer=cfg.optimizer, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma, beta=schedule,
-        num_particles=cfg.particles, val=val, seed=cfg.seed, device=device,
+        num_particles=cfg.particles, estimator=cfg.estimator, val=val, seed=cfg.seed, device=device,
         checkpoint=cfg.out / "checkpoint.pt", resume=cfg.resume, config=cfg.to_dict(), progress=cfg.progress,
         on_epoch_end=lambda epoch, record: console.print(
             "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())),

@@ -90,6 +90,8 @@ class RunConfig:
     """Learning-rate decay factor."""
     particles: int = 1
     """Posterior samples per training step (num_particles)."""
+    estimator: Literal["sample", "local", "flipout"] = "sample"
+    """Gradient estimator: sample (weights), local (local reparameterization, particles in one pass), flipout."""
     samples: int = 100
     """Monte-Carlo samples for test predictions."""
     seed: int = 0

@@ -19,6 +19,13 @@ tensor, so it is thread-safe and nests), decides how ``F.linear`` and
   :math:`F(x, \mu_W) + F(x \odot s, \Delta W) \odot r + b`, :math:`s, r \in \{\pm 1\}`.
 
 Both have the marginal mean and variance of weight sampling for each example.
+
+Vectorized Monte Carlo: a local-mode weight may carry ``particles = (B, S)``.
+The first such layer that receives the B-row input computes the moments of
+its pre-activations once and draws S independent samples of them, so its
+output has S·B rows (particle-major); every later layer simply sees a batch
+of S·B. Per example this is exactly S independent draws of the network under
+:math:`q(w)`, at the cost of one pass.
 Any other operation on a ``GaussianWeight`` (a layer without a rule, a
 log-density in a Monte-Carlo KL) sees one ordinary weight sample, drawn once
 and reused, so unsupported layers keep plain weight sampling.
@@ -52,13 +59,15 @@ class GaussianWeight(torch.Tensor):
     loc: torch.Tensor
     scale: torch.Tensor
     mode: str
+    particles: tuple[int, int] | None
 
     @staticmethod
-    def __new__(cls, loc: torch.Tensor, scale: torch.Tensor, mode: str = "local"):
+    def __new__(cls, loc: torch.Tensor, scale: torch.Tensor, mode: str = "local",
+                particles: tuple[int, int] | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self = torch.Tensor._make_subclass(cls, loc.detach(), False)
-        self.loc, self.scale, self.mode = loc, scale.expand_as(loc), mode
+        self.loc, self.scale, self.mode, self.particles = loc, scale.expand_as(loc), mode, particles
         self._sample = None
         return self
 
@@ -101,8 +110,11 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     bias_loc, bias_var = _bias_moments(bias)
     mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
     if weight.mode == "local":
-        var = op(x.square(), weight.scale.square(), bias_var, *rest, **kwargs)
-        return torch.addcmul(mean, var.clamp_min(1e-16).sqrt(), torch.randn_like(mean))
+        std = op(x.square(), weight.scale.square(), bias_var, *rest, **kwargs).clamp_min(1e-16).sqrt()
+        if weight.particles is not None and x.shape[0] == weight.particles[0]:
+            repeats = (weight.particles[1],) + (1,) * (mean.dim() - 1)
+            mean, std = mean.repeat(repeats), std.repeat(repeats)
+        return torch.addcmul(mean, std, torch.randn_like(mean))
     # flipout: one weight perturbation per batch, sign-flipped per example and unit.
     delta = weight.scale * torch.randn_like(weight.scale)
     sign_in = _rademacher(x)

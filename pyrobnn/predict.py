@@ -32,12 +32,30 @@ def prediction_mode(model: nn.Module, mc_dropout: bool = False):
             m.training = mode
 
 
+def _normal_family(guide) -> bool:
+    """Whether every site of the guide has a (diagonal) Normal posterior."""
+    names = getattr(guide, "site_names", None)
+    if names is None:
+        return False
+    for name in names:
+        fn = guide.get_posterior(name)
+        if not isinstance(getattr(fn, "base_dist", fn), torch.distributions.Normal):
+            return False
+    return True
+
+
 @torch.no_grad()
 def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: int = 1000,
-                       mc_dropout: bool = False) -> torch.Tensor:
+                       mc_dropout: bool = False, vectorized: bool | None = None,
+                       max_rows: int = 200_000) -> torch.Tensor:
     """Network outputs under ``num_samples`` posterior draws, shape ``(S, N, ...)``.
 
-    Each draw ``w_s ~ q`` is shared by all chunks of ``batch_size`` inputs.
+    ``vectorized`` (default: whenever every posterior is Normal-family) draws the S samples in
+    batched passes under :func:`~pyrobnn.handlers.local_reparameterization` with
+    ``num_particles``: per example, exactly S independent draws of the network under
+    :math:`q(w)`; at most ``max_rows`` rows (particles x examples) go through the network at
+    once. Otherwise a Python loop draws one weight sample per pass, shared by all chunks of
+    ``batch_size`` inputs.
     """
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
@@ -45,8 +63,12 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     x = x.to(device_of(guide, model))
     model.check_input(x)
-    outputs = []
+    if vectorized is None:
+        vectorized = _normal_family(guide) and len(guide.site_names) > 0
     with prediction_mode(model, mc_dropout):
+        if vectorized:
+            return _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows)
+        outputs = []
         for _ in range(num_samples):
             guide_trace = poutine.trace(guide).get_trace()
             net = poutine.replay(model.net, trace=guide_trace)
@@ -54,24 +76,47 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
     return torch.stack(outputs)
 
 
+def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):
+    from .handlers import local_reparameterization
+
+    chunks = []
+    for chunk in x.split(batch_size):
+        per_pass = max(1, min(num_samples, max_rows // len(chunk)))
+        draws = []
+        for start in range(0, num_samples, per_pass):
+            particles = min(per_pass, num_samples - start)
+            with local_reparameterization(num_particles=particles, batch_size=len(chunk)):
+                guide_trace = poutine.trace(guide).get_trace()
+                out = poutine.replay(model.net, trace=guide_trace)(chunk)
+            if out.shape[0] != particles * len(chunk):
+                raise ValueError(
+                    f"vectorized prediction expected {particles} x {len(chunk)} rows from the network, got "
+                    f"{out.shape[0]}: its first Bayesian layer is not a Linear/Conv layer fed by the input "
+                    "batch; call with vectorized=False"
+                )
+            draws.append(out.view(particles, len(chunk), *out.shape[1:]))
+        chunks.append(torch.cat(draws))
+    return torch.cat(chunks, dim=1)
+
+
 def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: int = 1000,
-            mc_dropout: bool = False) -> dict[str, torch.Tensor]:
+            mc_dropout: bool = False, vectorized: bool | None = None) -> dict[str, torch.Tensor]:
     """Posterior predictive summaries.
 
     Classification: ``probs`` (predictive mean), ``total`` (predictive entropy),
     ``aleatoric`` (expected entropy), ``epistemic`` (mutual information).
     Regression: ``mean``, ``std`` (total), ``epistemic_std``, ``aleatoric_std``.
     """
-    outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout)
+    outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
     return model.likelihood.predictive(outputs)
 
 
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
-             batch_size: int = 1000, mc_dropout: bool = False) -> dict[str, float]:
+             batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None) -> dict[str, float]:
     """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL."""
     from .metrics import classification_metrics, regression_metrics
 
-    pred = predict(model, guide, x, num_samples, batch_size, mc_dropout)
+    pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
     y = y.to(next(iter(pred.values())).device)
     if model.task == "classification":
         return classification_metrics(pred["probs"], y)

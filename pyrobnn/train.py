@@ -21,6 +21,7 @@ loop does not depend on Pyro's global parameter store.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -34,11 +35,11 @@ from torch import nn
 from .device import device_of, resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
-from .handlers import kl_annealing
+from .handlers import flipout, kl_annealing, local_reparameterization
 from .predict import evaluate, prediction_mode
 from .schedules import Constant
 
-__all__ = ["fit", "svi_step", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]
+__all__ = ["fit", "svi_step", "estimator_handler", "ESTIMATORS", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]
 
 
 class TrainingDiverged(FloatingPointError):
@@ -59,14 +60,37 @@ class History:
         return self.epochs[-1] if self.epochs else {}
 
 
+ESTIMATORS = ("sample", "local", "flipout")
+"""Gradient estimators: weight sampling, local reparameterization (particles vectorized), flipout."""
+
+
+def estimator_handler(estimator: str, num_particles: int, batch_size: int):
+    """The handler that makes ``estimator`` and the number of particles the ELBO must loop itself.
+
+    ``"sample"`` draws weights (the ELBO loops over particles); ``"local"`` samples
+    pre-activations with all particles in one pass; ``"flipout"`` shares one perturbation per
+    batch with per-example signs (the ELBO loops over particles).
+    """
+    if estimator == "sample":
+        return contextlib.nullcontext(), num_particles
+    if estimator == "local":
+        return local_reparameterization(num_particles=num_particles, batch_size=batch_size), 1
+    if estimator == "flipout":
+        return flipout(), num_particles
+    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+
+
 def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
-             elbo=None, beta: float = 1.0):
+             elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1):
     """One gradient step on the β-annealed negative ELBO of a minibatch; returns its :class:`~pyrobnn.elbo.ELBOTerms`.
 
-    The update is skipped (and the terms returned) when the loss is not finite.
+    ``estimator`` and ``num_particles`` choose the Monte-Carlo estimator (see :func:`estimator_handler`);
+    an explicit ``elbo`` keeps its own ``num_particles``. The update is skipped (and the terms
+    returned) when the loss is not finite.
     """
-    elbo = elbo if elbo is not None else MeanFieldELBO()
-    with kl_annealing(beta=beta):
+    handler, looped = estimator_handler(estimator, num_particles, x.shape[0])
+    elbo = elbo if elbo is not None else MeanFieldELBO(num_particles=looped)
+    with kl_annealing(beta=beta), handler:
         terms = elbo.terms(model, guide, x, y)
     if torch.isfinite(terms.loss):
         optim.zero_grad(set_to_none=True)
@@ -129,6 +153,7 @@ def fit(
     lr_gamma: float = 0.5,
     beta: Callable[[int, int, int], float] = Constant(1.0),
     num_particles: int = 1,
+    estimator: str = "sample",
     elbo=None,
     val: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
     val_samples: int = 10,
@@ -152,7 +177,9 @@ def fit(
         paper 003 halves it every 100 epochs).
     :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.schedules`.
     :param num_particles: posterior samples per step (paper 003 uses 5).
-    :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO` with ``num_particles``).
+    :param estimator: ``"sample"`` (weight sampling), ``"local"`` (local reparameterization, particles
+        in one pass) or ``"flipout"``; see :func:`estimator_handler`.
+    :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO`).
     :param val: optional ``(x_val, y_val)`` evaluated after each epoch with ``val_samples`` MC samples.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
@@ -180,7 +207,7 @@ def fit(
         _check_data(model, *val, "validation data")
     num_data = x.shape[0]
     model.num_data = num_data
-    elbo = elbo if elbo is not None else MeanFieldELBO(num_particles=num_particles)
+    estimator_handler(estimator, num_particles, batch_size)  # validates the name
 
     params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
     optim = make_optimizer(params, optimizer, lr, weight_decay)
@@ -218,7 +245,8 @@ def fit(
                 idx = order[step * batch_size:(step + 1) * batch_size]
                 xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
                 b = beta(epoch, step, steps)
-                terms = svi_step(model, guide, optim, xb, yb, elbo=elbo, beta=b)
+                terms = svi_step(model, guide, optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
+                                 num_particles=num_particles)
                 loss = terms.loss
                 if not torch.isfinite(loss):
                     kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""

@@ -130,3 +130,63 @@ def test_training_under_the_handler_learns(handler, prior):
 
     accuracy = (predict(model, guide, x, num_samples=20)["probs"].argmax(-1) == y).float().mean()
     assert accuracy > 0.9
+
+
+def _small_model(seed=0):
+    pyro.set_rng_seed(seed)
+    net = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 4))
+    model = BayesianNetwork(net, num_data=100)
+    guide = NormalGuide(model, init_rho=-1.0)
+    return model, guide
+
+
+def test_vectorized_and_looped_predictions_agree_in_distribution():
+    """Per example, S vectorized draws and S looped weight draws have the same output moments."""
+    from pyrobnn.predict import predictive_outputs
+
+    model, guide = _small_model()
+    x = torch.randn(6, 3)
+    n = 4000
+    fast = predictive_outputs(model, guide, x, num_samples=n, vectorized=True, max_rows=6000)
+    slow = predictive_outputs(model, guide, x, num_samples=n, vectorized=False)
+    assert fast.shape == slow.shape == (n, 6, 4)
+    var = slow.var(0) + fast.var(0)  # variance of the difference of the two means, times n
+    z = (fast.mean(0) - slow.mean(0)).abs() / (var / n).sqrt()
+    assert z.max() < 5, f"means differ by {z.max():.1f} standard errors"
+    # the ratio of two sample variances has relative standard error about sqrt(4 / n) for Gaussian
+    # outputs; ReLU outputs are heavier-tailed, so allow 10 of those standard errors
+    ratio = fast.var(0) / slow.var(0)
+    assert ((ratio - 1).abs() < 10 * math.sqrt(4.0 / n)).all(), f"variance ratios {ratio}"
+
+
+def test_vectorized_particles_average_the_elbo_over_particles():
+    """With tiny posterior noise, S vectorized particles give the same NLL as one particle."""
+    model, guide = _small_model()
+    for name in guide.site_names:
+        guide.param(name, "rho").data.fill_(-30.0)
+    x, y = torch.randn(8, 3), torch.randint(0, 4, (8,))
+    one = MeanFieldELBO().terms(model, guide, x, y)
+    with local_reparameterization(num_particles=5, batch_size=8):
+        five = MeanFieldELBO().terms(model, guide, x, y)
+    assert torch.allclose(one.nll, five.nll, rtol=1e-4)
+    assert torch.allclose(one.kl, five.kl)
+
+
+def test_vectorized_particles_need_the_batch_size():
+    with pytest.raises(ValueError, match="batch_size"):
+        local_reparameterization(num_particles=3)
+    with pytest.raises(ValueError, match="num_particles"):
+        local_reparameterization(num_particles=0, batch_size=3)
+
+
+@pytest.mark.parametrize("estimator", ["local", "flipout"])
+def test_fit_with_each_estimator(estimator):
+    from pyrobnn.schedules import Constant
+    from pyrobnn.train import fit
+
+    model, guide = _small_model()
+    x = torch.randn(64, 3)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    history = fit(model, guide, x, y, epochs=20, batch_size=16, lr=0.03, num_particles=3, estimator=estimator,
+                  beta=Constant(0.1), progress=False, device="cpu")
+    assert history["nll"][-1] < 0.7 * history["nll"][0]

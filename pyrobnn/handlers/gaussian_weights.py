@@ -25,6 +25,10 @@ class GaussianWeightMessenger(Messenger):
     mode: str = "local"
     handler_name: str = "local_reparameterization"
 
+    def __init__(self, particles: tuple[int, int] | None = None):
+        super().__init__()
+        self.particles = particles
+
     def _pyro_sample(self, msg):
         if msg["is_observed"] or msg["done"] or msg["value"] is not None:
             return
@@ -39,5 +43,5 @@ class GaussianWeightMessenger(Messenger):
         loc, scale = base.loc, base.scale
         if loc.shape != fn.shape():
             loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
-        msg["value"] = GaussianWeight(loc, scale, self.mode)
+        msg["value"] = GaussianWeight(loc, scale, self.mode, self.particles)
         msg["done"] = True
