@@ -2,8 +2,9 @@
 
 from .bayesian import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
-from .guides import NormalGuide, SiteGuide
-from .handlers import kl_annealing
+from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
+from .handlers import flipout, kl_annealing, local_reparameterization
+from .log_uniform import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .priors import GaussianPrior, Prior, ScaleMixturePrior
@@ -11,7 +12,12 @@ from .priors import GaussianPrior, Prior, ScaleMixturePrior
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdditiveDropoutGuide",
     "BayesianNetwork",
+    "LogUniformPrior",
+    "MultiplicativeDropoutGuide",
+    "flipout",
+    "local_reparameterization",
     "Categorical",
     "Gaussian",
     "GaussianPrior",

@@ -14,7 +14,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 from rich.console import Console
@@ -25,7 +25,7 @@ from .config import RunConfig, beta_schedule, build
 from .device import resolve_device
 from .train import TrainingDiverged, fit
 
-__all__ = ["main", "train", "evaluate", "Evaluate"]
+__all__ = ["main", "train", "evaluate", "prune", "Evaluate", "Prune"]
 
 console = Console()
 
@@ -148,16 +148,99 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     return metrics
 
 
+@dataclass
+class Prune:
+    """Prune the posterior of a checkpoint and compare test metrics before and after."""
+
+    checkpoint: Path
+    """Path of the checkpoint.pt to prune."""
+    method: Literal["principled", "snr", "log-alpha", "magnitude", "random"] = "principled"
+    """principled: the guide's own rule (snr for normal, log-alpha for dropout guides); snr: |mu|/sigma <
+    threshold; log-alpha: log alpha > threshold; magnitude: global L1 on |mu| to --fraction; random: the
+    per-layer sparsity of the principled rule at random positions."""
+    threshold: Optional[float] = None
+    """Threshold of snr (default 0.83) or log-alpha (default 3) pruning."""
+    fraction: float = 0.9
+    """magnitude: fraction of all weights to remove, in [0, 1]."""
+    samples: int = 100
+    """Monte-Carlo samples of the posterior predictive."""
+    seed: int = 0
+    """Seed of random pruning and of the predictive samples."""
+    data_root: Optional[Path] = None
+    """Data directory (default: as trained)."""
+    out: Optional[Path] = None
+    """Write the pruned checkpoint here (default: nothing written)."""
+    json: Optional[Path] = None
+    """Also write before/after metrics and sparsity to this JSON file."""
+    device: str = "auto"
+    """auto | cpu | cuda."""
+
+
+def _masks(args: Prune, guide):
+    from . import prune as pruning
+
+    if args.method == "magnitude":
+        return pruning.magnitude_masks(guide, args.fraction)
+    if args.method in ("snr", "log-alpha"):
+        rule = pruning.METHODS[args.method]
+        return rule(guide) if args.threshold is None else rule(guide, args.threshold)
+    masks = pruning.principled_masks(guide, args.threshold)
+    return pruning.random_masks(masks, args.seed) if args.method == "random" else masks
+
+
+def prune(args: Prune) -> dict:
+    """Prune a trained posterior; print metrics before and after and the per-layer sparsity."""
+    import pyro
+
+    from .checkpoint import save_checkpoint
+    from .prune import apply_masks, sparsity
+
+    if not (isinstance(args.samples, int) and args.samples > 0):
+        raise ValueError(f"samples must be a positive integer, got {args.samples!r}")
+    state = load_checkpoint(args.checkpoint)
+    cfg = RunConfig.from_dict(state["config"])
+    if args.data_root is not None:
+        cfg.data_root = args.data_root
+    data = _load_data(cfg)
+    model, guide = build(cfg, data)
+    model.load_state_dict(state["model"])
+    guide.load_state_dict(state["guide"])
+    device = resolve_device(args.device)
+    model.to(device)
+    guide.to(device)
+    masks = _masks(args, guide)
+    pyro.set_rng_seed(args.seed)
+    before = _test_report(model, guide, data, args.samples, None)
+    apply_masks(guide, masks)
+    pyro.set_rng_seed(args.seed)
+    after = _test_report(model, guide, data, args.samples, None)
+    removed = sparsity(masks)
+    console.print(metrics_table(f"{args.checkpoint}: {args.method} pruning, {100 * removed['total']:.1f} % "
+                                "of weights removed", {"before": before, "after": after}))
+    table = Table(title="sparsity per layer")
+    table.add_column("site")
+    table.add_column("removed %", justify="right")
+    for name, value in removed.items():
+        table.add_row(name, f"{100 * value:.1f}")
+    console.print(table)
+    result = {"before": before, "after": after, "sparsity": removed, "method": args.method}
+    if args.out is not None:
+        save_checkpoint(args.out, {**state, "guide": guide.state_dict()})
+    if args.json is not None:
+        write_json(args.json, result)
+    return result
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point of the ``pyrobnn`` console script and ``python -m pyrobnn``."""
     import tyro
 
     args = tyro.extras.subcommand_cli_from_dict(
-        {"train": RunConfig, "evaluate": Evaluate}, args=argv, prog="pyrobnn",
+        {"train": RunConfig, "evaluate": Evaluate, "prune": Prune}, args=argv, prog="pyrobnn",
         description="Bayesian neural networks on Pyro: train with SVI, evaluate with calibrated uncertainty.",
     )
     try:
-        train(args) if isinstance(args, RunConfig) else evaluate(args)
+        {RunConfig: train, Evaluate: evaluate, Prune: prune}[type(args)](args)
     except (ValueError, FileNotFoundError, TypeError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise SystemExit(2) from None

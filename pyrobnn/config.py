@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from .guides import GUIDES
+from .log_uniform import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .models import build_model
@@ -22,7 +23,7 @@ from .schedules import Constant, Geometric, LinearWarmup
 
 __all__ = ["RunConfig", "build", "beta_schedule", "PRIORS"]
 
-PRIORS = ("gaussian", "scale-mixture")
+PRIORS = ("gaussian", "scale-mixture", "log-uniform")
 
 
 @dataclass
@@ -48,8 +49,9 @@ class RunConfig:
     bayesian: str = "all"
     """Which parameters are Bayesian: all (BatchNorm/LayerNorm stay deterministic), last-layer,
     none (maximum-likelihood baseline), or comma-separated glob patterns over parameter names."""
-    prior: Literal["gaussian", "scale-mixture"] = "gaussian"
-    """Weight prior: gaussian N(loc, scale^2) or Blundell's scale-mixture."""
+    prior: Literal["gaussian", "scale-mixture", "log-uniform"] = "gaussian"
+    """Weight prior: gaussian N(0, prior-scale^2), Blundell's scale-mixture, or the log-uniform prior of
+    variational dropout (use it with the additive or multiplicative guide)."""
     prior_scale: float = 1.0
     """Standard deviation of the gaussian prior."""
     pi: float = 0.25
@@ -58,10 +60,20 @@ class RunConfig:
     """Scale-mixture standard deviation of the wide component."""
     sigma2: float = 0.00033546262790251185
     """Scale-mixture standard deviation of the narrow component (default e^-8)."""
-    guide: str = "normal"
-    """Posterior family: normal (Bayes by Backprop, sigma = softplus(rho))."""
+    guide: Literal["normal", "additive", "multiplicative"] = "normal"
+    """Posterior family: normal (diagonal Normal: Bayes by Backprop, or variational dense with
+    --parameterization log_variance), additive (sparse variational dropout, Molchanov 2017),
+    multiplicative (variational dropout, Kingma 2015)."""
+    parameterization: Literal["softplus", "log_variance"] = "softplus"
+    """normal guide: sigma = softplus(rho) (Blundell) or exp(log_variance / 2) (Graves)."""
     init_rho: float = -5.0
     """Initial rho of the normal guide: sigma0 = softplus(rho) (-5 gives 6.7e-3)."""
+    init_log_sigma2: float = -10.0
+    """additive guide: initial log sigma^2 of every weight."""
+    init_log_alpha: float = -4.0
+    """multiplicative guide: initial log alpha."""
+    alpha_sharing: Literal["weight", "row", "layer"] = "weight"
+    """multiplicative guide: one log alpha per weight, per output unit (row) or per layer."""
     likelihood: Literal["auto", "categorical", "gaussian", "heteroscedastic"] = "auto"
     """Observation model; auto: categorical for classification, gaussian for regression."""
     noise_scale: float = 0.1
@@ -125,6 +137,8 @@ def _prior(cfg: RunConfig):
         return GaussianPrior(0.0, cfg.prior_scale)
     if cfg.prior == "scale-mixture":
         return ScaleMixturePrior(cfg.pi, cfg.sigma1, cfg.sigma2)
+    if cfg.prior == "log-uniform":
+        return LogUniformPrior()
     raise ValueError(f"prior must be one of {PRIORS}, got {cfg.prior!r}")
 
 
@@ -172,8 +186,10 @@ def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
 
 def _guide(cfg: RunConfig, model):
     if cfg.guide == "normal":
-        return GUIDES["normal"](model, init_rho=cfg.init_rho)
-    return GUIDES[cfg.guide](model)
+        return GUIDES["normal"](model, init_rho=cfg.init_rho, parameterization=cfg.parameterization)
+    if cfg.guide == "additive":
+        return GUIDES["additive"](model, init_log_sigma2=cfg.init_log_sigma2)
+    return GUIDES["multiplicative"](model, init_log_alpha=cfg.init_log_alpha, share=cfg.alpha_sharing)
 
 
 def beta_schedule(cfg: RunConfig):

@@ -36,7 +36,8 @@ from .device import device_of, resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
 from .handlers import flipout, kl_annealing, local_reparameterization
-from .predict import evaluate, prediction_mode
+from .predict import evaluate, predictive_outputs
+from .prune import principled_masks, sparsity
 from .schedules import Constant
 
 __all__ = ["fit", "svi_step", "estimator_handler", "ESTIMATORS", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]
@@ -120,14 +121,14 @@ def _check_positive_int(name: str, value) -> int:
     return value
 
 
-def _check_data(model, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
+def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
     """Shape and label checks done once on the whole dataset, not on every step."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"{what}: x has {x.shape[0]} examples but y has {y.shape[0]}")
     model.check_input(x[:1])
     if model.task == "classification":
-        with torch.no_grad(), pyro.poutine.block(), prediction_mode(model):
-            num_classes = model.net(x[:1].to(device_of(model))).shape[-1]
+        with pyro.poutine.block():
+            num_classes = predictive_outputs(model, guide, x[:1], num_samples=1, vectorized=False).shape[-1]
         if y.dtype.is_floating_point:
             raise ValueError(f"{what}: labels must be integer class indices, got {y.dtype}")
         low, high = int(y.min()), int(y.max())
@@ -202,9 +203,9 @@ def fit(
     device = resolve_device(device)
     model.to(device)
     guide.to(device)
-    _check_data(model, x, y, "training data")
+    _check_data(model, guide, x, y, "training data")
     if val is not None:
-        _check_data(model, *val, "validation data")
+        _check_data(model, guide, *val, "validation data")
     num_data = x.shape[0]
     model.num_data = num_data
     estimator_handler(estimator, num_particles, batch_size)  # validates the name
@@ -270,11 +271,18 @@ def fit(
                 "seconds": time.perf_counter() - tick,
             }
             scheduler.step()
+            if getattr(guide, "site_names", None) and hasattr(guide, "pruning_rule"):
+                try:
+                    removed = sparsity(principled_masks(guide))
+                    record["sparsity"] = removed.pop("total")
+                    record["layer_sparsity"] = list(removed.values())
+                except (TypeError, ValueError):  # no Normal-family posterior / no weights
+                    pass
             if val is not None:
                 metrics = evaluate(model, guide, *val, num_samples=val_samples)
                 record.update({f"val_{k}": v for k, v in metrics.items()})
             history.epochs.append(record)
-            shown = "  ".join(f"{k} {v:.4g}" for k, v in record.items() if k in ("nll", "kl", "val_accuracy", "val_nll", "val_rmse"))
+            shown = "  ".join(f"{k} {v:.4g}" for k, v in record.items() if k in ("nll", "kl", "sparsity", "val_accuracy", "val_nll", "val_rmse"))
             bar.update(task, stats=shown)
             if checkpoint is not None:
                 save_checkpoint(checkpoint, {

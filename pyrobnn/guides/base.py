@@ -74,6 +74,31 @@ class SiteGuide(PyroModule):
         """The posterior factor :math:`q(w_{name})`, event shape = the parameter's shape."""
         raise TypeError(f"{type(self).__name__} must override get_posterior()")
 
+    def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and standard deviation of site ``name`` (Normal-family guides)."""
+        raise TypeError(f"{type(self).__name__} has no Normal-family posterior (no loc_scale())")
+
+    def log_alpha(self, name: str) -> torch.Tensor:
+        """:math:`\log\alpha = \log(\sigma^2/\mu^2)`, the dropout-rate parameter of each weight."""
+        loc, scale = self.loc_scale(name)
+        return 2 * (scale.log() - loc.abs().log())
+
+    pruning_rule: str = "snr"
+    """The principled pruning rule of this posterior family (a key of :data:`pyrobnn.prune.METHODS`)."""
+
+    pruned: dict[str, float] = {}
+    """What :meth:`prune_` writes into each variational parameter (by role) where a weight is removed:
+    a point mass at zero (mean 0, vanishing variance)."""
+
+    @torch.no_grad()
+    def prune_(self, name: str, keep: torch.Tensor) -> None:
+        """Remove the weights of site ``name`` where ``keep`` is False (in place)."""
+        for role, value in self.pruned.items():
+            param = self.param(name, role)
+            if param.shape != keep.shape:
+                raise ValueError(f"mask for {name!r} has shape {tuple(keep.shape)}, expected {tuple(param.shape)}")
+            param.masked_fill_(~keep.to(param.device), value)
+
     def median(self) -> dict[str, torch.Tensor]:
         """A point value per site (the posterior median), for deterministic prediction."""
         return {name: self.get_posterior(name).mean.detach() for name in self.site_names}

@@ -33,33 +33,49 @@ def softplus(rho: torch.Tensor) -> torch.Tensor:
 
 
 class NormalGuide(SiteGuide):
-    r"""Bayes by Backprop: :math:`q(w) = \mathcal N(\mu, \sigma^2)`, :math:`\sigma = \log(1 + e^{\rho})`.
+    r"""Diagonal Normal posterior :math:`q(w) = \mathcal N(\mu, \sigma^2)`, sampled as
+    :math:`w = \mu + \sigma \odot \epsilon`, :math:`\epsilon \sim \mathcal N(0, I)`.
 
-    Sampling is reparameterised, :math:`w = \mu + \sigma \odot \epsilon`,
-    :math:`\epsilon \sim \mathcal N(0, I)` (Blundell et al. 2015, sec. 3.2; paper 003,
-    sec. 3.2). Against a Gaussian prior the ELBO uses the analytic KL; against
-    the scale mixture it uses ``log q(w) - log p(w)``.
+    Two parameterisations of :math:`\sigma`:
+
+    - ``"softplus"``: :math:`\sigma = \log(1 + e^{\rho})`, Bayes by Backprop (Blundell et al.
+      2015, sec. 3.2; paper 003);
+    - ``"log_variance"``: :math:`\sigma = \exp(\tfrac12 \log\sigma^2)`, variational dense
+      (Graves 2011; paper 001, with a Gaussian prior).
+
+    Against a Gaussian prior the ELBO uses the analytic KL; against the scale
+    mixture it uses ``log q(w) - log p(w)``.
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.
     :param init_loc: initial means (default: the network's current weights).
-    :param init_rho: initial :math:`\rho` of every weight; :math:`\sigma_0 = \mathrm{softplus}(\rho_0)`
-        (-5 gives :math:`\sigma_0 \approx 6.7\cdot 10^{-3}`; a very negative value makes
-        the guide reproduce the deterministic network).
+    :param init_rho: initial :math:`\rho`; :math:`\sigma_0 = \mathrm{softplus}(\rho_0)` in both
+        parameterisations (-5 gives :math:`\sigma_0 \approx 6.7\cdot 10^{-3}`; a very negative
+        value makes the guide reproduce the deterministic network).
+    :param parameterization: ``"softplus"`` or ``"log_variance"``.
     """
 
-    def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0):
+    def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,
+                 parameterization: str = "softplus"):
         if not (isinstance(init_rho, (int, float)) and math.isfinite(init_rho)):
             raise ValueError(f"init_rho must be a finite number, got {init_rho!r}")
-        self.init_rho = float(init_rho)
+        if parameterization not in ("softplus", "log_variance"):
+            raise ValueError(f"parameterization must be 'softplus' or 'log_variance', got {parameterization!r}")
+        self.init_rho, self.parameterization = float(init_rho), parameterization
+        self._scale_role = "rho" if parameterization == "softplus" else "log_variance"
+        self.pruned = {"loc": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
         super().__init__(model, init_loc)
 
     def setup_site(self, site, loc):
         self.add_param(site, "loc", loc)
-        self.add_param(site, "rho", torch.full_like(loc, self.init_rho))
+        rho = torch.full_like(loc, self.init_rho)
+        self.add_param(site, self._scale_role, rho if self.parameterization == "softplus"
+                       else 2 * torch.nn.functional.softplus(rho).log())
 
     def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and standard deviation of site ``name``."""
-        return self.param(name, "loc"), softplus(self.param(name, "rho"))
+        raw = self.param(name, self._scale_role)
+        scale = softplus(raw) if self.parameterization == "softplus" else (0.5 * raw).exp()
+        return self.param(name, "loc"), scale
 
     def get_posterior(self, name):
         loc, scale = self.loc_scale(name)

@@ -1,0 +1,242 @@
+"""Speed and memory of Bayesian training steps against the deterministic step, side by side.
+
+For each network (784-400-10 MLP, 784-1200-1200-10 MLP, LeNet-5 on 28x28 inputs;
+batch 128) and each method, one Adam step is timed in interleaved rounds (every
+round times every method, the figure is the median over rounds, so machine
+load hits all methods alike):
+
+- ``det``: plain PyTorch, cross-entropy;
+- ``bbb``: pyrobnn ``NormalGuide`` + Gaussian prior, weight sampling;
+- ``local_reparam``: the same under ``local_reparameterization``;
+- ``flipout``: the same under ``flipout``;
+- ``autonormal``: Pyro's ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``;
+- ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (optional:
+  ``pip install bayesian-torch``; skipped when absent).
+
+Peak memory: each (network, method) runs 10 steps in a fresh subprocess and
+reports its peak resident-memory growth over the set-up state (CPU) or
+``torch.cuda.max_memory_allocated`` (CUDA). Prediction: 100 posterior samples
+on 10,000 MNIST test images (random images when no data root is set), the
+vectorized predictive against the loop over samples.
+
+The last line is one JSON object with every figure and every ratio to ``det``;
+for the 784-400-10 CPU case its top level holds ``bbb_ratio``,
+``local_reparam_ratio``, ``flipout_ratio``, ``bt_reparam_ratio``,
+``bt_flipout_ratio``, ``autonormal_ratio`` and ``predict_speedup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import pyro
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
+from pyrobnn.models import MLP, LeNet5
+from pyrobnn.train import make_optimizer, svi_step
+
+NETWORKS = {
+    "mlp400": lambda: MLP(784, (400,), 10),
+    "mlp1200x2": lambda: MLP(784, (1200, 1200), 10),
+    "lenet5": lambda: LeNet5(1, 10, image_size=28),
+}
+METHODS = ("det", "bbb", "local_reparam", "flipout", "autonormal", "bt_reparam", "bt_flipout")
+NUM_DATA = 60000
+
+
+def _bayesian_torch(net: nn.Module, kind: str, device):
+    try:
+        from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+    except ImportError:
+        return None
+    net = copy.deepcopy(net)
+    dnn_to_bnn(net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0, "posterior_rho_init": -5.0,
+                     "type": kind, "moped_enable": False})
+    net.to(device)
+    optim = make_optimizer(net.parameters())
+
+    def step(x, y):
+        loss = F.cross_entropy(net(x), y) + get_kl_loss(net) / NUM_DATA
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+
+    return step
+
+
+def steppers(name: str, device) -> dict:
+    """One closure ``step(x, y)`` per available method, all on copies of the same network."""
+    torch.manual_seed(0)
+    net = NETWORKS[name]().to(device)
+    det = copy.deepcopy(net)
+    det_optim = make_optimizer(det.parameters())
+
+    def det_step(x, y):
+        loss = F.cross_entropy(det(x), y)
+        det_optim.zero_grad(set_to_none=True)
+        loss.backward()
+        det_optim.step()
+
+    def pyrobnn_step(estimator):
+        model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(device)
+        guide = NormalGuide(model).to(device)
+        optim = make_optimizer(guide.parameters())
+        return lambda x, y: svi_step(model, guide, optim, x, y, estimator=estimator)
+
+    pyro.clear_param_store()
+    auto_model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(device)
+    auto_guide = pyro.infer.autoguide.AutoNormal(auto_model)
+    svi = pyro.infer.SVI(auto_model, auto_guide, pyro.optim.Adam({"lr": 1e-3}), pyro.infer.TraceMeanField_ELBO())
+    methods = {
+        "det": det_step,
+        "bbb": pyrobnn_step("sample"),
+        "local_reparam": pyrobnn_step("local"),
+        "flipout": pyrobnn_step("flipout"),
+        "autonormal": svi.step,
+        "bt_reparam": _bayesian_torch(net, "Reparameterization", device),
+        "bt_flipout": _bayesian_torch(net, "Flipout", device),
+    }
+    return {k: v for k, v in methods.items() if v is not None}
+
+
+def _batch(device, batch=128):
+    return torch.rand(batch, 1, 28, 28, device=device), torch.randint(0, 10, (batch,), device=device)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(name: str, device, rounds: int, steps: int) -> dict[str, float]:
+    """Median ms/step of every method over interleaved rounds."""
+    methods = steppers(name, device)
+    x, y = _batch(device)
+    times = {k: [] for k in methods}
+    with pyro.validation_enabled(False):
+        for step in methods.values():
+            for _ in range(3):
+                step(x, y)
+        for _ in range(rounds):
+            for key, step in methods.items():
+                _sync(device)
+                tick = time.perf_counter()
+                for _ in range(steps):
+                    step(x, y)
+                _sync(device)
+                times[key].append((time.perf_counter() - tick) / steps * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def peak_memory(name: str, method: str, device) -> float:
+    """MiB of peak memory growth over 10 steps of one method, in a fresh process."""
+    code = (
+        "import sys, resource, torch, pyro; sys.path.insert(0, 'benchmarks'); import suite;"
+        f"dev = torch.device('{device}'); torch.set_num_threads({torch.get_num_threads()});"
+        f"step = suite.steppers('{name}', dev)['{method}']; x, y = suite._batch(dev);"
+        "pyro.enable_validation(False); step(x, y);"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+        "torch.cuda.reset_peak_memory_stats() if dev.type == 'cuda' else None;"
+        "before = torch.cuda.memory_allocated() if dev.type == 'cuda' else 0;"
+        "[step(x, y) for _ in range(10)];"
+        "print((torch.cuda.max_memory_allocated() - before) / 2**20 if dev.type == 'cuda' else "
+        "(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def time_prediction(device, data_root, samples: int = 100) -> dict[str, float]:
+    """Seconds for ``samples`` posterior draws on 10k MNIST test images, vectorized vs loop."""
+    from pyrobnn.predict import predictive_outputs
+
+    try:
+        from pyrobnn.data import load_dataset
+
+        x = load_dataset("mnist", data_root, download=False).x_test
+    except FileNotFoundError:
+        x = torch.rand(10000, 1, 28, 28)
+    x = x.to(device)
+    model = BayesianNetwork(MLP(784, (400,), 10), prior=GaussianPrior(), num_data=NUM_DATA).to(device)
+    guide = NormalGuide(model).to(device)
+    result = {}
+    for key, vectorized in (("predict_loop_s", False), ("predict_vectorized_s", True)):
+        _sync(device)
+        tick = time.perf_counter()
+        predictive_outputs(model, guide, x, num_samples=samples, vectorized=vectorized)
+        _sync(device)
+        result[key] = time.perf_counter() - tick
+    result["predict_speedup"] = result["predict_loop_s"] / result["predict_vectorized_s"]
+    return result
+
+
+def run_device(device, args) -> dict:
+    figures = {}
+    for name in NETWORKS:
+        ms = time_steps(name, device, args.rounds, args.steps)
+        entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+        entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
+        if not args.no_memory:
+            for method in ms:
+                entry[f"{method}_mib"] = round(peak_memory(name, method, device), 1)
+        figures[name] = entry
+    figures.update({k: round(v, 3) for k, v in time_prediction(device, args.data_root).items()})
+    return figures
+
+
+def print_table(device: str, figures: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{device}: ms per step (x deterministic) [peak MiB], batch 128")
+    table.add_column("network")
+    methods = [m for m in METHODS if f"{m}_ms" in figures["mlp400"]]
+    for method in methods:
+        table.add_column(method, justify="right")
+    for name in NETWORKS:
+        f = figures[name]
+        cells = []
+        for m in methods:
+            ratio = "" if m == "det" else f" ({f[f'{m}_ratio']:.2f}x)"
+            memory = f" [{f[f'{m}_mib']:.0f}]" if f"{m}_mib" in f else ""
+            cells.append(f"{f[f'{m}_ms']:.2f}{ratio}{memory}")
+        table.add_row(name, *cells)
+    Console().print(table)
+    Console().print(f"{device}: 100-sample prediction on 10k images: loop {figures['predict_loop_s']:.2f} s, "
+                    f"vectorized {figures['predict_vectorized_s']:.2f} s ({figures['predict_speedup']:.1f}x)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--no-memory", action="store_true", help="skip the per-method memory subprocesses")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    result = {"threads": args.threads, "cpu": run_device(torch.device("cpu"), args)}
+    print_table("cpu", result["cpu"])
+    if torch.cuda.is_available():
+        result["cuda"] = run_device(torch.device("cuda"), args)
+        print_table("cuda", result["cuda"])
+    headline = result["cpu"]["mlp400"]
+    for key in ("bbb", "local_reparam", "flipout", "bt_reparam", "bt_flipout", "autonormal"):
+        if f"{key}_ratio" in headline:
+            result[f"{key}_ratio"] = headline[f"{key}_ratio"]
+    result["predict_speedup"] = result["cpu"]["predict_speedup"]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
