@@ -8,12 +8,15 @@ so Pyro scales the log-likelihood by :math:`N/B` (SPEC section 2):
 
 from __future__ import annotations
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
+from torch import nn
 from pyro.distributions import constraints
-from pyro.nn import PyroModule, PyroParam
+from pyro.nn import PyroModule
 from pyro.poutine.util import is_validation_enabled
 
 __all__ = [
@@ -120,18 +123,23 @@ class Gaussian(_GaussianBase):
     """Homoscedastic regression :math:`y \\sim \\mathcal N(f(x; w), \\sigma^2)`, σ fixed or learned.
 
     :param scale: the noise standard deviation (its initial value when learned).
-    :param learn_scale: learn σ as a point estimate (a positive-constrained ``PyroParam``).
+    :param learn_scale: learn σ as a point estimate, through the parameter :math:`\log\sigma`
+        (an ``nn.Parameter`` of this module, so each model keeps its own).
     """
 
     def __init__(self, scale: float = 1.0, learn_scale: bool = False):
         super().__init__()
-        if not scale > 0:
-            raise ValueError(f"scale (noise standard deviation) must be > 0, got {scale!r}")
-        value = torch.tensor(float(scale))
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale (noise standard deviation) must be a finite number > 0, got {scale!r}")
+        value = torch.tensor(float(scale)).log()
         if learn_scale:
-            self.scale = PyroParam(value, constraint=constraints.positive)
+            self.log_scale = nn.Parameter(value)
         else:
-            self.register_buffer("scale", value)
+            self.register_buffer("log_scale", value)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return self.log_scale.exp()
 
     def mean_scale(self, output):
         return output, self.scale

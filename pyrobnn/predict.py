@@ -99,6 +99,7 @@ def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):
     return torch.cat(chunks, dim=1)
 
 
+@torch.no_grad()
 def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: int = 1000,
             mc_dropout: bool = False, vectorized: bool | None = None) -> dict[str, torch.Tensor]:
     """Posterior predictive summaries.
