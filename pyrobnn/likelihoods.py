@@ -120,7 +120,7 @@ class _GaussianBase(Likelihood):
 
 
 class Gaussian(_GaussianBase):
-    """Homoscedastic regression :math:`y \\sim \\mathcal N(f(x; w), \\sigma^2)`, σ fixed or learned.
+    r"""Homoscedastic regression :math:`y \sim \mathcal N(f(x; w), \sigma^2)`, σ fixed or learned.
 
     :param scale: the noise standard deviation (its initial value when learned).
     :param learn_scale: learn σ as a point estimate, through the parameter :math:`\log\sigma`

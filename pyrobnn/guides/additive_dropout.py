@@ -47,8 +47,11 @@ class AdditiveDropoutGuide(SiteGuide):
         return self.param(name, "theta"), (0.5 * self.param(name, "log_sigma2")).exp()
 
     def log_alpha(self, name):
+        r""":math:`\log\alpha = \log\sigma^2 - \log\theta^2`, clipped; a pruned weight (:math:`\theta = 0`)
+        has the largest :math:`\alpha` (dropout rate 1), so it stays pruned and costs no KL."""
         theta, log_sigma2 = self.param(name, "theta"), self.param(name, "log_sigma2")
-        return (log_sigma2 - torch.log(theta * theta + 1e-8)).clamp(*self.clip)
+        log_alpha = (log_sigma2 - torch.log(theta * theta + 1e-8)).clamp(*self.clip)
+        return torch.where(theta == 0, self.clip[1], log_alpha)
 
     def get_posterior(self, name):
         theta, scale = self.loc_scale(name)

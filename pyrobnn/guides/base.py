@@ -79,7 +79,7 @@ class SiteGuide(PyroModule):
         raise TypeError(f"{type(self).__name__} has no Normal-family posterior (no loc_scale())")
 
     def log_alpha(self, name: str) -> torch.Tensor:
-        """:math:`\log\alpha = \log(\sigma^2/\mu^2)`, the dropout-rate parameter of each weight."""
+        r""":math:`\log\alpha = \log(\sigma^2/\mu^2)`, the dropout-rate parameter of each weight."""
         loc, scale = self.loc_scale(name)
         return 2 * (scale.log() - loc.abs().log())
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..log_uniform import DropoutNormal
+from ..log_uniform import KL_APPROXIMATIONS, DropoutNormal
 from .base import InitLoc, SiteGuide
 
 __all__ = ["MultiplicativeDropoutGuide"]
@@ -33,6 +33,8 @@ class MultiplicativeDropoutGuide(SiteGuide):
             raise ValueError(f"share must be one of {SHARING}, got {share!r}")
         if not (isinstance(init_log_alpha, (int, float)) and math.isfinite(init_log_alpha)):
             raise ValueError(f"init_log_alpha must be a finite number, got {init_log_alpha!r}")
+        if approximation not in KL_APPROXIMATIONS:
+            raise ValueError(f"approximation must be one of {sorted(KL_APPROXIMATIONS)}, got {approximation!r}")
         if init_log_alpha > max_log_alpha:
             raise ValueError(f"init_log_alpha ({init_log_alpha}) must not exceed max_log_alpha ({max_log_alpha})")
         self.init_log_alpha, self.share = float(init_log_alpha), share
