@@ -14,8 +14,9 @@ load hits all methods alike):
   ``pip install bayesian-torch``; skipped when absent).
 
 Peak memory: each (network, method) runs 10 steps in a fresh subprocess and
-reports its peak resident-memory growth over the set-up state (CPU) or
-``torch.cuda.max_memory_allocated`` (CUDA). Prediction: 100 posterior samples
+reports its peak resident-memory growth over the state after building the
+network, guide and optimiser (CPU: gradients, optimiser state, activations and
+samples of training), or ``torch.cuda.max_memory_allocated`` (CUDA). Prediction: 100 posterior samples
 on 10,000 MNIST test images (random images when no data root is set), the
 vectorized predictive against the loop over samples.
 
@@ -144,7 +145,7 @@ def peak_memory(name: str, method: str, device) -> float:
         "import sys, resource, torch, pyro; sys.path.insert(0, 'benchmarks'); import suite;"
         f"dev = torch.device('{device}'); torch.set_num_threads({torch.get_num_threads()});"
         f"step = suite.steppers('{name}', dev)['{method}']; x, y = suite._batch(dev);"
-        "pyro.enable_validation(False); step(x, y);"
+        "pyro.enable_validation(False);"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
         "torch.cuda.reset_peak_memory_stats() if dev.type == 'cuda' else None;"
         "before = torch.cuda.memory_allocated() if dev.type == 'cuda' else 0;"
