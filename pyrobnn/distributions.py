@@ -159,7 +159,7 @@ class _DiagonalNormalKL(torch.autograd.Function):
 def _kl_diagonal_normal_isotropic(q, p):
     base = q.base_dist if isinstance(q, Independent) else q
     if not isinstance(base, Normal) or q.event_shape != p.event_shape:
-        raise NotImplementedError
+        raise NotImplementedError  # torch's "no closed form for this pair": the ELBO falls back to Monte Carlo
     if q.batch_shape == () and base.loc.shape == base.scale.shape == p.event_shape:
         return _DiagonalNormalKL.apply(base.loc, base.scale, p.loc, p.scale)
     dims = p._dims()

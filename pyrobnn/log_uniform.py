@@ -70,13 +70,11 @@ class LogUniform(TorchDistribution):
     arg_constraints = {}
     support = constraints.real
 
-    def __init__(self, event_shape, *, validate_args=None):
-        super().__init__(torch.Size(), torch.Size(event_shape), validate_args=validate_args)
+    def __init__(self, event_shape, batch_shape=torch.Size(), *, validate_args=None):
+        super().__init__(torch.Size(batch_shape), torch.Size(event_shape), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        if torch.Size(batch_shape) == self.batch_shape:
-            return self
-        raise NotImplementedError("the log-uniform prior is per parameter tensor; it is not batched")
+        return LogUniform(self.event_shape, batch_shape)
 
     def log_prob(self, value):
         dims = tuple(range(-len(self.event_shape), 0))
@@ -112,7 +110,9 @@ class DropoutNormal(dist.Normal):
         self.log_alpha, self.approximation = log_alpha, approximation
 
     def expand(self, batch_shape, _instance=None):
-        raise NotImplementedError("DropoutNormal posteriors are not batched")
+        shape = torch.Size(batch_shape)
+        return DropoutNormal(self.loc.expand(shape), self.scale.expand(shape), self.log_alpha.expand(shape),
+                             self.approximation)
 
 
 @register_kl(Independent, LogUniform)
@@ -120,9 +120,12 @@ class DropoutNormal(dist.Normal):
 def _kl_dropout_normal_log_uniform(q, p):
     base = q.base_dist if isinstance(q, Independent) else q
     if not isinstance(base, DropoutNormal):
-        raise NotImplementedError
+        raise NotImplementedError  # torch's "no closed form for this pair": the ELBO falls back to Monte Carlo
     kl = KL_APPROXIMATIONS[base.approximation](base.log_alpha)
     kl = kl.expand(base.loc.shape) if kl.shape != base.loc.shape else kl
+    if kl.dim() < len(p.event_shape):
+        raise ValueError(f"posterior of shape {tuple(kl.shape)} does not match the prior's event shape "
+                         f"{tuple(p.event_shape)}")
     dims = tuple(range(-len(p.event_shape), 0))
     return kl.sum(dims) if dims else kl
 
