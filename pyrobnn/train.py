@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 import pyro
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
 from .device import device_of, resolve_device
@@ -228,8 +229,6 @@ def fit(
 
     steps = math.ceil(num_data / batch_size)
     order_rng = torch.Generator()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     bar = Progress(
         TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not progress, transient=False,
