@@ -3,7 +3,7 @@
 from .bayesian import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
 from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
-from .handlers import flipout, kl_annealing, local_reparameterization
+from .handlers import flipout, kl_annealing, local_reparameterization, vdp
 from .log_uniform import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
@@ -18,6 +18,7 @@ __all__ = [
     "MultiplicativeDropoutGuide",
     "flipout",
     "local_reparameterization",
+    "vdp",
     "Categorical",
     "Gaussian",
     "GaussianPrior",

@@ -19,6 +19,9 @@ tensor, so it is thread-safe and nests), decides how ``F.linear`` and
   :math:`F(x, \mu_W) + F(x \odot s, \Delta W) \odot r + b`, :math:`s, r \in \{\pm 1\}`.
 
 Both have the marginal mean and variance of weight sampling for each example.
+- ``"moments"`` (VDP++, paper 002, under :func:`~pyrobnn.handlers.vdp`): no sampling; the
+  layer returns a :class:`~pyrobnn.moments.Moments` tensor with the mean and variance of
+  its pre-activations, which later layers propagate.
 
 Vectorized Monte Carlo: a local-mode weight may carry ``particles = (B, S)``.
 The first such layer that receives the B-row input computes the moments of
@@ -39,7 +42,7 @@ from torch.utils._pytree import tree_map
 
 __all__ = ["GaussianWeight", "MODES"]
 
-MODES = ("local", "flipout")
+MODES = ("local", "flipout", "moments")
 
 _METADATA = {
     torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
@@ -107,6 +110,10 @@ def _bias_moments(bias):
 
 def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     """Apply ``op(x, W, b, *rest)`` (``F.linear`` or ``F.convNd``) with a Gaussian ``W``."""
+    if weight.mode == "moments":  # VDP++: propagate mean and variance, see pyrobnn.moments
+        from .moments import affine_moments
+
+        return affine_moments(op, x, weight, bias, *rest, **kwargs)
     bias_loc, bias_var = _bias_moments(bias)
     mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
     if weight.mode == "local":

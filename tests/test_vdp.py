@@ -1,0 +1,154 @@
+"""VDP++ moment propagation: every rule against Monte Carlo (pyrobnn.moments, pyrobnn.handlers.vdp)."""
+
+import math
+
+import pyro
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+
+from pyrobnn import BayesianNetwork, NormalGuide
+from pyrobnn.gaussian_weight import GaussianWeight
+from pyrobnn.handlers import vdp
+from pyrobnn.models import LeNet5
+from pyrobnn.moments import Moments
+
+S = 40000
+DT = torch.float64
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _gaussian(shape, seed, low=0.2, high=1.0):
+    g = _gen(seed)
+    return torch.randn(shape, generator=g, dtype=DT), low + (high - low) * torch.rand(shape, generator=g, dtype=DT)
+
+
+def _draw(mean, std, n=S, seed=0):
+    return mean + std * torch.randn((n,) + tuple(mean.shape), generator=_gen(seed), dtype=DT)
+
+
+def _exact(samples, out: Moments, what):
+    """Sample mean within 5 standard errors, sample variance within 5 of its standard errors (kurtosis-robust)."""
+    n = samples.shape[0]
+    centred = samples - samples.mean(0)
+    var_se = ((centred**4).mean(0) - samples.var(0) ** 2).clamp_min(1e-30).sqrt() / math.sqrt(n)
+    mean_z = (samples.mean(0) - out.mean).abs() / (out.var / n).sqrt()
+    var_z = (samples.var(0) - out.var).abs() / var_se
+    assert mean_z.max() < 5, f"{what}: mean off by {mean_z.max():.1f} s.e."
+    assert var_z.max() < 5, f"{what}: variance off by {var_z.max():.1f} s.e."
+
+
+def _first_order(samples, out: Moments, what, rtol):
+    """Nonlinear rules are first-order accurate: relative errors below rtol at small input variance."""
+    assert torch.allclose(out.mean, samples.mean(0), rtol=rtol, atol=1e-3), what
+    rel = (out.var - samples.var(0)).abs() / samples.var(0).clamp_min(1e-12)  # 0/0 where both vanish
+    assert rel.max() < rtol, f"{what}: variance relative error {rel.max():.3f}"
+
+
+def test_linear_with_deterministic_input_is_exact():
+    x = torch.randn(3, 5, dtype=DT, generator=_gen(1))
+    (mw, sw), (mb, sb) = _gaussian((4, 5), 2), _gaussian((4,), 3)
+    out = F.linear(x, GaussianWeight(mw, sw, "moments"), GaussianWeight(mb, sb, "moments"))
+    assert isinstance(out, Moments)
+    w, b = _draw(mw, sw, seed=4), _draw(mb, sb, seed=5)
+    _exact(torch.einsum("ni,soi->sno", x, w) + b[:, None], out, "linear")
+
+
+def test_linear_with_random_input_is_exact():
+    (ma, sa), (mw, sw) = _gaussian((3, 5), 6), _gaussian((4, 5), 7)
+    out = F.linear(Moments(ma, sa**2), GaussianWeight(mw, sw, "moments"))
+    a, w = _draw(ma, sa, seed=8), _draw(mw, sw, seed=9)
+    _exact(torch.einsum("sni,soi->sno", a, w), out, "linear, random input")
+    deterministic = torch.randn(4, 5, dtype=DT, generator=_gen(10))
+    out = F.linear(Moments(ma, sa**2), deterministic)
+    _exact(a @ deterministic.T, out, "deterministic layer, random input")
+
+
+def test_conv2d_with_random_input_is_exact():
+    (ma, sa), (mw, sw) = _gaussian((2, 2, 5, 5), 11), _gaussian((3, 2, 3, 3), 12)
+    out = F.conv2d(Moments(ma, sa**2), GaussianWeight(mw, sw, "moments"), padding=1)
+    n = 4000
+    a, w = _draw(ma, sa, n, seed=13), _draw(mw, sw, n, seed=14)
+    samples = torch.stack([F.conv2d(a[s], w[s], padding=1) for s in range(n)])
+    _exact(samples, out, "conv2d")
+
+
+def test_average_pool_and_addition_are_exact():
+    (ma, sa), (mb, sb) = _gaussian((2, 3, 4, 4), 15), _gaussian((2, 3, 4, 4), 16)
+    a, b = _draw(ma, sa, seed=17), _draw(mb, sb, seed=18)
+    _exact(F.avg_pool2d(a.flatten(0, 1), 2).unflatten(0, (S, 2)), F.avg_pool2d(Moments(ma, sa**2), 2), "avg pool")
+    _exact(a + b, Moments(ma, sa**2) + Moments(mb, sb**2), "residual addition")
+    _exact(a.flatten(2), Moments(ma, sa**2).flatten(1), "flatten")
+
+
+@pytest.mark.parametrize("name, f", [("relu", F.relu), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid),
+                                     ("gelu", F.gelu)])
+def test_elementwise_activations_are_first_order_accurate(name, f):
+    g = _gen(19)
+    mean = torch.randn(50, dtype=DT, generator=g) * 2
+    mean = torch.where(mean.abs() < 0.5, mean.sign() * 0.5 + mean, mean)  # away from the ReLU kink
+    slope = torch.func.vmap(torch.func.grad(f))(mean)
+    mean = mean[slope.abs() > 0.2]  # first order is accurate where f' does not vanish (GELU's minimum)
+    std = torch.full_like(mean, 0.02)
+    _first_order(f(_draw(mean, std, seed=20)), f(Moments(mean, std**2)), name, rtol=0.1)
+
+
+def test_max_pool_co_pooling_takes_the_variance_at_the_argmax():
+    mean = torch.tensor([[[[0.0, 5.0], [10.0, 2.0]]]], dtype=DT)
+    std = torch.tensor([[[[0.1, 0.2], [0.3, 0.4]]]], dtype=DT)
+    out = F.max_pool2d(Moments(mean, std**2), 2)
+    assert out.mean.item() == 10.0 and math.isclose(out.var.item(), 0.09)
+    _exact(F.max_pool2d(_draw(mean, std, seed=21).flatten(0, 1), 2).unflatten(0, (S, 1)), out, "max pool")
+
+
+def test_softmax_jacobian_rule_is_first_order_accurate():
+    mean = torch.tensor([[1.0, 0.0, -1.0, 2.0]], dtype=DT)
+    std = torch.full_like(mean, 0.02)
+    _first_order(F.softmax(_draw(mean, std, seed=22), -1), F.softmax(Moments(mean, std**2), -1), "softmax", 0.1)
+
+
+def test_batch_norm_in_eval_mode_is_exact():
+    (ma, sa) = _gaussian((4, 3), 23)
+    bn = torch.nn.BatchNorm1d(3).double().eval()
+    bn.running_mean.normal_(generator=_gen(24))
+    bn.running_var.uniform_(0.5, 2.0, generator=_gen(25))
+    bn.weight.data.normal_(generator=_gen(26))
+    with torch.no_grad():
+        _exact(bn(_draw(ma, sa, seed=27).flatten(0, 1)).unflatten(0, (S, 4)), bn(Moments(ma, sa**2)), "batch norm")
+
+
+def test_an_operation_without_a_rule_names_itself():
+    with pytest.raises(TypeError, match="vdp: no moment-propagation rule for .*cumsum"):
+        torch.cumsum(Moments(torch.zeros(3), torch.ones(3)), 0)
+
+
+def test_lenet_under_vdp_matches_weight_sampling():
+    """The same network and guide: one deterministic pass vs Monte-Carlo weight sampling, small sigma."""
+    pyro.set_rng_seed(0)
+    model = BayesianNetwork(LeNet5(1, 10))
+    guide = NormalGuide(model, init_rho=-6.0)
+    x = torch.rand(4, 1, 28, 28)
+    with torch.no_grad():
+        with vdp():
+            out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
+        from pyrobnn.predict import predictive_outputs
+
+        samples = predictive_outputs(model, guide, x, num_samples=2000, vectorized=False)
+    assert torch.allclose(out.mean, samples.mean(0), atol=5e-3)
+    ratio = out.var / samples.var(0)
+    assert ratio.median().sub(1).abs() < 0.2, f"output variance ratio VDP / MC: median {ratio.median():.2f}"
+
+
+def test_gradients_reach_the_posterior_through_the_moments():
+    pyro.set_rng_seed(0)
+    model = BayesianNetwork(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)))
+    guide = NormalGuide(model, init_rho=-2.0)
+    with vdp():
+        out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(torch.randn(5, 3))
+    (out.mean.sum() + out.var.sum()).backward()
+    for name in guide.site_names:
+        assert guide.param(name, "rho").grad.abs().sum() > 0
