@@ -19,6 +19,8 @@ from pyro.distributions import constraints
 from pyro.nn import PyroModule
 from pyro.poutine.util import is_validation_enabled
 
+from .moments import Moments
+
 __all__ = [
     "Likelihood",
     "Categorical",
@@ -43,6 +45,10 @@ class Likelihood(PyroModule):
     def check(self, output: torch.Tensor, y: torch.Tensor | None) -> None:
         """Raise a clear ``ValueError`` when output or targets cannot be scored."""
 
+    def moment_distribution(self, output: Moments) -> dist.TorchDistribution:
+        """The observation model when the network output is propagated moments (VDP++)."""
+        raise TypeError(f"{type(self).__name__} does not support VDP++ moment propagation")
+
     def forward(self, output: torch.Tensor, y: torch.Tensor | None = None, num_data: int | None = None):
         batch = output.shape[0]
         if is_validation_enabled():
@@ -50,17 +56,53 @@ class Likelihood(PyroModule):
         if num_data is not None and num_data < batch:
             raise ValueError(f"num_data ({num_data}) must be at least the batch size ({batch})")
         subsample = torch.arange(batch, device=output.device)
+        fn = self.moment_distribution(output) if isinstance(output, Moments) else self.distribution(output)
         with pyro.plate("data", size=num_data or batch, subsample=subsample):
-            return pyro.sample("obs", self.distribution(output), obs=y)
+            return pyro.sample("obs", fn, obs=y)
+
+
+class MomentCategorical(dist.TorchDistribution):
+    r"""VDP++'s observation model (paper 002, eq. 11): the one-hot target :math:`y` under independent
+    Gaussians on the softmax outputs, :math:`\log p(y) = -\tfrac12\sum_k \big[\log\sigma_k^2 +
+    (y_k - \mu_k)^2/\sigma_k^2\big]` (constant dropped), with :math:`(\mu, \sigma^2)` the propagated
+    moments of the softmax and ``min_variance`` added to :math:`\sigma^2` for stability."""
+
+    arg_constraints = {}
+    support = constraints.nonnegative_integer
+
+    def __init__(self, mean: torch.Tensor, var: torch.Tensor, min_variance: float = 1e-3, validate_args=None):
+        self.probs_mean, self.probs_var = mean, var + min_variance
+        super().__init__(mean.shape[:-1], validate_args=validate_args)
+
+    def log_prob(self, value):
+        onehot = F.one_hot(value.long(), self.probs_mean.shape[-1]).to(self.probs_mean.dtype)
+        return -0.5 * (self.probs_var.log() + (onehot - self.probs_mean).square() / self.probs_var).sum(-1)
 
 
 class Categorical(Likelihood):
-    """Classification: :math:`y \\sim \\mathrm{Categorical}(\\mathrm{softmax}(f(x; w)))`."""
+    """Classification: :math:`y \\sim \\mathrm{Categorical}(\\mathrm{softmax}(f(x; w)))`.
+
+    :param vdp_objective: under :func:`~pyrobnn.handlers.vdp`, ``"gaussian"`` scores the targets by
+        :class:`MomentCategorical` (paper 002 eq. 11), ``"cross_entropy"`` by the cross-entropy of the
+        mean logits (paper 002's choice for large problems).
+    """
 
     task = "classification"
 
+    def __init__(self, vdp_objective: str = "gaussian"):
+        super().__init__()
+        if vdp_objective not in ("gaussian", "cross_entropy"):
+            raise ValueError(f"vdp_objective must be 'gaussian' or 'cross_entropy', got {vdp_objective!r}")
+        self.vdp_objective = vdp_objective
+
     def distribution(self, output):
         return dist.Categorical(logits=output)
+
+    def moment_distribution(self, output):
+        if self.vdp_objective == "cross_entropy":
+            return dist.Categorical(logits=output.mean)
+        probs = F.softmax(output, -1)
+        return MomentCategorical(probs.mean, probs.var)
 
     def check(self, output, y):
         if output.dim() != 2:
@@ -98,6 +140,11 @@ class _GaussianBase(Likelihood):
     def distribution(self, output):
         mean, scale = self.mean_scale(output)
         return dist.Normal(mean, scale).to_event(1)
+
+    def moment_distribution(self, output):
+        """Homoscedastic noise added to the propagated variance of the output."""
+        mean, scale = self.mean_scale(output.mean)
+        return dist.Normal(mean, (output.var + scale**2).sqrt()).to_event(1)
 
     def check(self, output, y):
         if y is not None and y.shape != self.mean_scale(output)[0].shape:

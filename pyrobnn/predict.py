@@ -10,7 +10,7 @@ from torch import nn
 
 from .device import device_of
 
-__all__ = ["predict", "predictive_outputs", "evaluate", "prediction_mode"]
+__all__ = ["predict", "predict_moments", "predictive_outputs", "evaluate", "prediction_mode"]
 
 
 @contextlib.contextmanager
@@ -74,6 +74,32 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
             net = poutine.replay(model.net, trace=guide_trace)
             outputs.append(torch.cat([net(chunk) for chunk in x.split(batch_size)]))
     return torch.stack(outputs)
+
+
+@torch.no_grad()
+def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> dict[str, torch.Tensor]:
+    """VDP++ prediction in one deterministic pass: the output ``mean`` and ``var`` of the network
+    under :func:`~pyrobnn.handlers.vdp`; for classification also ``probs`` and ``probs_var``, the
+    propagated moments of the softmax."""
+    from .handlers import vdp
+    from .moments import Moments
+
+    x = x.to(device_of(guide, model))
+    model.check_input(x)
+    parts = []
+    with prediction_mode(model), vdp():
+        guide_trace = poutine.trace(guide).get_trace()
+        net = poutine.replay(model.net, trace=guide_trace)
+        for chunk in x.split(batch_size):
+            out = net(chunk)
+            if not isinstance(out, Moments):
+                out = Moments(out, torch.zeros_like(out))
+            summary = {"mean": out.mean, "var": out.var}
+            if model.task == "classification":
+                probs = torch.nn.functional.softmax(out, -1)
+                summary.update(probs=probs.mean, probs_var=probs.var)
+            parts.append(summary)
+    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
 
 
 def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):

@@ -36,7 +36,7 @@ from torch import nn
 from .device import device_of, resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
-from .handlers import flipout, kl_annealing, local_reparameterization
+from .handlers import flipout, kl_annealing, local_reparameterization, vdp
 from .predict import evaluate, predictive_outputs
 from .prune import principled_masks, sparsity
 from .schedules import Constant
@@ -62,8 +62,9 @@ class History:
         return self.epochs[-1] if self.epochs else {}
 
 
-ESTIMATORS = ("sample", "local", "flipout")
-"""Gradient estimators: weight sampling, local reparameterization (particles vectorized), flipout."""
+ESTIMATORS = ("sample", "local", "flipout", "vdp")
+"""Gradient estimators: weight sampling, local reparameterization (particles vectorized), flipout,
+and VDP++ moment propagation (deterministic, no particles)."""
 
 
 def estimator_handler(estimator: str, num_particles: int, batch_size: int):
@@ -71,7 +72,8 @@ def estimator_handler(estimator: str, num_particles: int, batch_size: int):
 
     ``"sample"`` draws weights (the ELBO loops over particles); ``"local"`` samples
     pre-activations with all particles in one pass; ``"flipout"`` shares one perturbation per
-    batch with per-example signs (the ELBO loops over particles).
+    batch with per-example signs (the ELBO loops over particles); ``"vdp"`` propagates means and
+    variances instead of sampling (VDP++, paper 002; the likelihood scores the output moments).
     """
     if estimator == "sample":
         return contextlib.nullcontext(), num_particles
@@ -79,6 +81,8 @@ def estimator_handler(estimator: str, num_particles: int, batch_size: int):
         return local_reparameterization(num_particles=num_particles, batch_size=batch_size), 1
     if estimator == "flipout":
         return flipout(), num_particles
+    if estimator == "vdp":
+        return vdp(), 1
     raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
 
 

@@ -152,3 +152,36 @@ def test_gradients_reach_the_posterior_through_the_moments():
     (out.mean.sum() + out.var.sum()).backward()
     for name in guide.site_names:
         assert guide.param(name, "rho").grad.abs().sum() > 0
+
+
+def test_vdp_objective_is_equation_11():
+    from pyrobnn.likelihoods import MomentCategorical
+
+    mean = torch.tensor([[0.7, 0.2, 0.1]], dtype=DT)
+    var = torch.tensor([[0.01, 0.02, 0.03]], dtype=DT)
+    y = torch.tensor([0])
+    onehot = torch.tensor([[1.0, 0.0, 0.0]], dtype=DT)
+    v = var + 1e-3
+    expected = -0.5 * (v.log() + (onehot - mean) ** 2 / v).sum()
+    assert torch.allclose(MomentCategorical(mean, var).log_prob(y), expected)
+
+
+@pytest.mark.parametrize("objective", ["gaussian", "cross_entropy"])
+def test_training_by_moment_propagation_learns(objective):
+    from pyrobnn.likelihoods import Categorical
+    from pyrobnn.predict import predict_moments
+    from pyrobnn.schedules import Constant
+    from pyrobnn.train import fit
+
+    pyro.set_rng_seed(0)
+    x = torch.randn(200, 2)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    model = BayesianNetwork(net, Categorical(vdp_objective=objective))
+    guide = NormalGuide(model, init_loc="prior")
+    history = fit(model, guide, x, y, epochs=40, batch_size=50, lr=0.03, estimator="vdp", beta=Constant(0.1),
+                  progress=False, device="cpu")
+    assert history["nll"][-1] < 0.5 * history["nll"][0]
+    out = predict_moments(model, guide, x)
+    assert (out["probs"].argmax(-1) == y).float().mean() > 0.9
+    assert out["var"].shape == (200, 2) and (out["var"] > 0).all()
