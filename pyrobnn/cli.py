@@ -63,13 +63,14 @@ def _load_data(cfg: RunConfig):
                         val_size=cfg.val_size, seed=cfg.seed)
 
 
-def _test_report(model, guide, data, samples: int, out: Optional[Path]) -> dict[str, float]:
+def _test_report(model, guide, data, samples: int, out: Optional[Path], moments: bool = False) -> dict[str, float]:
     from .metrics import reliability_diagram
-    from .predict import evaluate as evaluate_posterior, predict
+    from .predict import evaluate as evaluate_posterior, predict, predict_moments
 
-    metrics = evaluate_posterior(model, guide, data.x_test, data.y_test, num_samples=samples)
+    metrics = evaluate_posterior(model, guide, data.x_test, data.y_test, num_samples=samples, moments=moments)
     if out is not None and data.task == "classification":
-        probs = predict(model, guide, data.x_test, num_samples=samples)["probs"]
+        probs = (predict_moments(model, guide, data.x_test) if moments
+                 else predict(model, guide, data.x_test, num_samples=samples))["probs"]
         reliability_diagram(probs.cpu(), data.y_test, out / "reliability.png",
                             title=f"{data.name}: {len(data.y_test)} test examples, {samples} samples")
     return metrics
@@ -93,7 +94,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         on_epoch_end=lambda epoch, record: console.print(
             "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())),
     )
-    metrics = _test_report(model, guide, data, cfg.samples, cfg.out)
+    metrics = _test_report(model, guide, data, cfg.samples, cfg.out, moments=cfg.estimator == "vdp")
     write_json(cfg.out / "metrics.json", {"test": metrics, "history": history.epochs, "config": cfg.to_dict()})
     console.print(metrics_table(f"test metrics ({cfg.samples} samples)", {cfg.guide: metrics}))
     console.print(f"wrote {cfg.out}/checkpoint.pt, metrics.json" +
@@ -140,7 +141,7 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     guide.load_state_dict(state["guide"])
     model.to(device)
     guide.to(device)
-    metrics = _test_report(model, guide, data, args.samples, args.reliability)
+    metrics = _test_report(model, guide, data, args.samples, args.reliability, moments=cfg.estimator == "vdp")
     console.print(metrics_table(f"{args.checkpoint} (epoch {state['epoch'] + 1}, {args.samples} samples)",
                                 {cfg.guide: metrics}))
     if args.json is not None:
@@ -210,10 +211,10 @@ def prune(args: Prune) -> dict:
     guide.to(device)
     masks = _masks(args, guide)
     pyro.set_rng_seed(args.seed)
-    before = _test_report(model, guide, data, args.samples, None)
+    before = _test_report(model, guide, data, args.samples, None, moments=cfg.estimator == "vdp")
     apply_masks(guide, masks)
     pyro.set_rng_seed(args.seed)
-    after = _test_report(model, guide, data, args.samples, None)
+    after = _test_report(model, guide, data, args.samples, None, moments=cfg.estimator == "vdp")
     removed = sparsity(masks)
     console.print(metrics_table(f"{args.checkpoint}: {args.method} pruning, {100 * removed['total']:.1f} % "
                                 "of weights removed", {"before": before, "after": after}))

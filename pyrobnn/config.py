@@ -102,8 +102,9 @@ class RunConfig:
     """Learning-rate decay factor."""
     particles: int = 1
     """Posterior samples per training step (num_particles)."""
-    estimator: Literal["sample", "local", "flipout"] = "sample"
-    """Gradient estimator: sample (weights), local (local reparameterization, particles in one pass), flipout."""
+    estimator: Literal["sample", "local", "flipout", "vdp"] = "sample"
+    """Gradient estimator: sample (weights), local (local reparameterization, particles in one pass), flipout,
+    vdp (VDP++ moment propagation: deterministic training and prediction)."""
     samples: int = 100
     """Monte-Carlo samples for test predictions."""
     seed: int = 0

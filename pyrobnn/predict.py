@@ -139,11 +139,21 @@ def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: i
 
 
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
-             batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None) -> dict[str, float]:
-    """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL."""
+             batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
+             moments: bool = False) -> dict[str, float]:
+    """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL.
+
+    ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling.
+    """
     from .metrics import classification_metrics, regression_metrics
 
-    pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
+    if moments:
+        pred = predict_moments(model, guide, x, batch_size)
+        if model.task != "classification":
+            noise = model.likelihood.mean_scale(pred["mean"])[1]
+            pred["std"] = (pred["var"] + noise**2).sqrt()
+    else:
+        pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
     y = y.to(next(iter(pred.values())).device)
     if model.task == "classification":
         return classification_metrics(pred["probs"], y)
