@@ -40,19 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_map
 
+from .distribution_tensor import DistributionTensor
+
 __all__ = ["GaussianWeight", "MODES"]
 
 MODES = ("local", "flipout", "moments")
 
-_METADATA = {
-    torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
-    torch.Tensor.ndim.__get__, torch.Tensor.requires_grad.__get__, torch.Tensor.is_cuda.__get__,
-    torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.__len__,
-    torch.Tensor.layout.__get__, torch.Tensor.is_sparse.__get__,
-}
-
-
-class GaussianWeight(torch.Tensor):
+class GaussianWeight(DistributionTensor):
     """A weight :math:`w \\sim \\mathcal N(\\mu, \\sigma^2)` (elementwise) that layers may use as a distribution.
 
     Build with ``GaussianWeight(loc, scale, mode)``; ``loc`` and ``scale`` stay attached
@@ -69,7 +63,7 @@ class GaussianWeight(torch.Tensor):
                 particles: tuple[int, int] | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self = torch.Tensor._make_subclass(cls, loc.detach(), False)
+        self = cls.wrap(loc)
         self.loc, self.scale, self.mode, self.particles = loc, scale.expand_as(loc), mode, particles
         self._sample = None
         return self
@@ -84,11 +78,7 @@ class GaussianWeight(torch.Tensor):
         return f"GaussianWeight(shape={tuple(self.loc.shape)}, mode={self.mode!r})"
 
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
+    def dispatch(cls, func, args, kwargs):
         rule = _RULES.get(func)
         if rule is not None and len(args) > 1 and isinstance(args[1], GaussianWeight):
             return rule(*args, **kwargs)

@@ -30,17 +30,11 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .distribution_tensor import DistributionTensor
+
 __all__ = ["Moments", "affine_moments"]
 
-_METADATA = {
-    torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
-    torch.Tensor.ndim.__get__, torch.Tensor.requires_grad.__get__, torch.Tensor.is_cuda.__get__,
-    torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.__len__,
-    torch.Tensor.layout.__get__, torch.Tensor.is_sparse.__get__,
-}
-
-
-class Moments(torch.Tensor):
+class Moments(DistributionTensor):
     """A tensor of independent Gaussians, known by ``mean`` and ``var`` (both attached to autograd)."""
 
     mean: torch.Tensor
@@ -48,7 +42,7 @@ class Moments(torch.Tensor):
 
     @staticmethod
     def __new__(cls, mean: torch.Tensor, var: torch.Tensor):
-        self = torch.Tensor._make_subclass(cls, mean.detach(), False)
+        self = cls.wrap(mean)
         self.mean, self.var = mean, var
         return self
 
@@ -56,11 +50,7 @@ class Moments(torch.Tensor):
         return f"Moments(shape={tuple(self.mean.shape)})"
 
     @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
+    def dispatch(cls, func, args, kwargs):
         rule = _RULES.get(func)
         if rule is None:
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
