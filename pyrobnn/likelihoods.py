@@ -142,9 +142,10 @@ class _GaussianBase(Likelihood):
         return dist.Normal(mean, scale).to_event(1)
 
     def moment_distribution(self, output):
-        """Homoscedastic noise added to the propagated variance of the output."""
+        """The noise variance added to the propagated variance of the mean outputs (the first D
+        columns; a heteroscedastic network's scale columns are used at their mean)."""
         mean, scale = self.mean_scale(output.mean)
-        return dist.Normal(mean, (output.var + scale**2).sqrt()).to_event(1)
+        return dist.Normal(mean, (output.var[..., : mean.shape[-1]] + scale**2).sqrt()).to_event(1)
 
     def check(self, output, y):
         if y is not None and y.shape != self.mean_scale(output)[0].shape:

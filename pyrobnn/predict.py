@@ -149,9 +149,11 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
 
     if moments:
         pred = predict_moments(model, guide, x, batch_size)
-        if model.task != "classification":
-            noise = model.likelihood.mean_scale(pred["mean"])[1]
-            pred["std"] = (pred["var"] + noise**2).sqrt()
+        if model.task != "classification":  # the likelihood adds its noise to the propagated variance
+            from .moments import Moments
+
+            observation = model.likelihood.moment_distribution(Moments(pred["mean"], pred["var"]))
+            pred = {"mean": observation.mean, "std": observation.stddev}
     else:
         pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
     y = y.to(next(iter(pred.values())).device)

@@ -185,3 +185,22 @@ def test_training_by_moment_propagation_learns(objective):
     out = predict_moments(model, guide, x)
     assert (out["probs"].argmax(-1) == y).float().mean() > 0.9
     assert out["var"].shape == (200, 2) and (out["var"] > 0).all()
+
+
+@pytest.mark.parametrize("heteroscedastic", [False, True])
+def test_regression_moments_add_the_noise_to_the_mean_outputs_variance(heteroscedastic):
+    from pyrobnn import Gaussian, HeteroscedasticGaussian
+    from pyrobnn.predict import predict_moments
+
+    pyro.set_rng_seed(0)
+    likelihood = HeteroscedasticGaussian() if heteroscedastic else Gaussian(0.3)
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2 if heteroscedastic else 1))
+    model = BayesianNetwork(net, likelihood)
+    guide = NormalGuide(model, init_rho=-2.0)
+    x = torch.randn(6, 1)
+    out = predict_moments(model, guide, x)
+    observation = likelihood.moment_distribution(Moments(out["mean"], out["var"]))
+    mean, scale = likelihood.mean_scale(out["mean"])
+    assert observation.mean.shape == (6, 1)
+    assert torch.allclose(observation.stddev, (out["var"][:, :1] + scale**2).sqrt())
+    assert torch.allclose(observation.mean, mean)
