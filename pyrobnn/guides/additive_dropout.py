@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..log_uniform import DropoutNormal
-from .base import InitLoc, SiteGuide
+from .base import InitLoc, SiteGuide, finite
 
 __all__ = ["AdditiveDropoutGuide"]
 
@@ -31,11 +29,10 @@ class AdditiveDropoutGuide(SiteGuide):
 
     def __init__(self, model, init_loc: InitLoc = "module", init_log_sigma2: float = -10.0,
                  clip: tuple[float, float] = (-8.0, 8.0)):
-        if not (isinstance(init_log_sigma2, (int, float)) and math.isfinite(init_log_sigma2)):
-            raise ValueError(f"init_log_sigma2 must be a finite number, got {init_log_sigma2!r}")
+        init_log_sigma2 = finite("init_log_sigma2", init_log_sigma2)
         if not (len(clip) == 2 and clip[0] < clip[1]):
             raise ValueError(f"clip must be (low, high) with low < high, got {clip!r}")
-        self.init_log_sigma2, self.clip = float(init_log_sigma2), (float(clip[0]), float(clip[1]))
+        self.init_log_sigma2, self.clip = init_log_sigma2, (float(clip[0]), float(clip[1]))
         self.pruned = {"theta": 0.0, "log_sigma2": -80.0}
         super().__init__(model, init_loc)
 

@@ -13,6 +13,7 @@ pass (the model's), not two.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Union
 
 import pyro
@@ -25,6 +26,13 @@ from ..bayesian import Site
 __all__ = ["SiteGuide", "InitLoc"]
 
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
+
+
+def finite(name: str, value) -> float:
+    """``value`` as a float, or a ``ValueError`` naming the argument when it is not a finite number."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def _initial_loc(site: Site, init_loc: InitLoc) -> torch.Tensor:

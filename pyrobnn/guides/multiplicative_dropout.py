@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..log_uniform import KL_APPROXIMATIONS, DropoutNormal
-from .base import InitLoc, SiteGuide
+from .base import InitLoc, SiteGuide, finite
 
 __all__ = ["MultiplicativeDropoutGuide"]
 
@@ -31,13 +29,12 @@ class MultiplicativeDropoutGuide(SiteGuide):
                  share: str = "weight", max_log_alpha: float = 0.0, approximation: str = "kingma"):
         if share not in SHARING:
             raise ValueError(f"share must be one of {SHARING}, got {share!r}")
-        if not (isinstance(init_log_alpha, (int, float)) and math.isfinite(init_log_alpha)):
-            raise ValueError(f"init_log_alpha must be a finite number, got {init_log_alpha!r}")
+        init_log_alpha = finite("init_log_alpha", init_log_alpha)
         if approximation not in KL_APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {sorted(KL_APPROXIMATIONS)}, got {approximation!r}")
         if init_log_alpha > max_log_alpha:
             raise ValueError(f"init_log_alpha ({init_log_alpha}) must not exceed max_log_alpha ({max_log_alpha})")
-        self.init_log_alpha, self.share = float(init_log_alpha), share
+        self.init_log_alpha, self.share = init_log_alpha, share
         self.max_log_alpha, self.approximation = float(max_log_alpha), approximation
         self.pruned = {"theta": 0.0}
         super().__init__(model, init_loc)

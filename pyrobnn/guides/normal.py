@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import pyro.distributions as dist
 import torch
 
-from .base import InitLoc, SiteGuide
+from .base import InitLoc, SiteGuide, finite
 
 __all__ = ["NormalGuide"]
 
@@ -56,11 +54,10 @@ class NormalGuide(SiteGuide):
 
     def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,
                  parameterization: str = "softplus"):
-        if not (isinstance(init_rho, (int, float)) and math.isfinite(init_rho)):
-            raise ValueError(f"init_rho must be a finite number, got {init_rho!r}")
+        init_rho = finite("init_rho", init_rho)
         if parameterization not in ("softplus", "log_variance"):
             raise ValueError(f"parameterization must be 'softplus' or 'log_variance', got {parameterization!r}")
-        self.init_rho, self.parameterization = float(init_rho), parameterization
+        self.init_rho, self.parameterization = init_rho, parameterization
         self._scale_role = "rho" if parameterization == "softplus" else "log_variance"
         self.pruned = {"loc": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
         super().__init__(model, init_loc)
