@@ -64,16 +64,17 @@ def _load_data(cfg: RunConfig):
 
 
 def _test_report(model, guide, data, samples: int, out: Optional[Path], moments: bool = False) -> dict[str, float]:
-    from .metrics import reliability_diagram
+    from .metrics import classification_metrics, reliability_diagram
     from .predict import evaluate as evaluate_posterior, predict, predict_moments
 
-    metrics = evaluate_posterior(model, guide, data.x_test, data.y_test, num_samples=samples, moments=moments)
-    if out is not None and data.task == "classification":
-        probs = (predict_moments(model, guide, data.x_test) if moments
-                 else predict(model, guide, data.x_test, num_samples=samples))["probs"]
+    if data.task != "classification":
+        return evaluate_posterior(model, guide, data.x_test, data.y_test, num_samples=samples, moments=moments)
+    probs = (predict_moments(model, guide, data.x_test) if moments
+             else predict(model, guide, data.x_test, num_samples=samples))["probs"]
+    if out is not None:  # the diagram of the same predictions the metrics score
         reliability_diagram(probs.cpu(), data.y_test, out / "reliability.png",
                             title=f"{data.name}: {len(data.y_test)} test examples, {samples} samples")
-    return metrics
+    return classification_metrics(probs, data.y_test.to(probs.device))
 
 
 def train(cfg: RunConfig) -> dict[str, float]:
@@ -122,25 +123,30 @@ class Evaluate:
     """auto | cpu | cuda."""
 
 
-def evaluate(args: Evaluate) -> dict[str, float]:
-    """Rebuild model and guide from the checkpoint, print the test metrics table."""
-    if not isinstance(args.samples, int) or args.samples < 1:
-        raise ValueError(f"samples must be a positive integer, got {args.samples!r}")
-    state = load_checkpoint(args.checkpoint)
+def _restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None):
+    """The checkpoint's state and config, its dataset, and its model and guide with the trained values,
+    on ``device`` (``data_root`` and ``test_size`` override the trained run's when given)."""
+    state = load_checkpoint(checkpoint)
     if "config" not in state or "guide" not in state:
-        raise ValueError(f"{args.checkpoint} is not a pyrobnn checkpoint (no config/guide state)")
+        raise ValueError(f"{checkpoint} is not a pyrobnn checkpoint (no config/guide state)")
     cfg = RunConfig.from_dict(state["config"])
-    if args.data_root is not None:
-        cfg.data_root = args.data_root
-    if args.test_size is not None:
-        cfg.test_size = args.test_size
-    device = resolve_device(args.device)
+    if data_root is not None:
+        cfg.data_root = data_root
+    if test_size is not None:
+        cfg.test_size = test_size
+    device = resolve_device(device)
     data = _load_data(cfg)
     model, guide = build(cfg, data)
     model.load_state_dict(state["model"])
     guide.load_state_dict(state["guide"])
-    model.to(device)
-    guide.to(device)
+    return state, cfg, data, model.to(device), guide.to(device)
+
+
+def evaluate(args: Evaluate) -> dict[str, float]:
+    """Rebuild model and guide from the checkpoint, print the test metrics table."""
+    if not isinstance(args.samples, int) or args.samples < 1:
+        raise ValueError(f"samples must be a positive integer, got {args.samples!r}")
+    state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device, args.test_size)
     metrics = _test_report(model, guide, data, args.samples, args.reliability, moments=cfg.estimator == "vdp")
     console.print(metrics_table(f"{args.checkpoint} (epoch {state['epoch'] + 1}, {args.samples} samples)",
                                 {cfg.guide: metrics}))
@@ -198,17 +204,7 @@ def prune(args: Prune) -> dict:
 
     if not (isinstance(args.samples, int) and args.samples > 0):
         raise ValueError(f"samples must be a positive integer, got {args.samples!r}")
-    state = load_checkpoint(args.checkpoint)
-    cfg = RunConfig.from_dict(state["config"])
-    if args.data_root is not None:
-        cfg.data_root = args.data_root
-    data = _load_data(cfg)
-    model, guide = build(cfg, data)
-    model.load_state_dict(state["model"])
-    guide.load_state_dict(state["guide"])
-    device = resolve_device(args.device)
-    model.to(device)
-    guide.to(device)
+    state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device)
     masks = _masks(args, guide)
     pyro.set_rng_seed(args.seed)
     before = _test_report(model, guide, data, args.samples, None, moments=cfg.estimator == "vdp")
