@@ -74,6 +74,10 @@ class GaussianWeight(DistributionTensor):
             self._sample = torch.addcmul(self.loc, self.scale, torch.randn_like(self.loc))
         return self._sample
 
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of every weight."""
+        return self.loc, self.scale.square()
+
     def __repr__(self):
         return f"GaussianWeight(shape={tuple(self.loc.shape)}, mode={self.mode!r})"
 
@@ -93,9 +97,7 @@ def _as_sample(value):
 
 def _bias_moments(bias):
     """Mean and variance of a bias that may be Gaussian, deterministic or absent."""
-    if isinstance(bias, GaussianWeight):
-        return bias.loc, bias.scale.square()
-    return bias, None
+    return bias.moments() if isinstance(bias, GaussianWeight) else (bias, None)
 
 
 def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
@@ -125,7 +127,7 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
 
 def _rademacher(like: torch.Tensor) -> torch.Tensor:
     """Independent random signs ±1 shaped like ``like``."""
-    return torch.rand_like(like).lt_(0.5).mul_(2).sub_(1) if like.is_floating_point() else like
+    return torch.rand_like(like).lt_(0.5).mul_(2).sub_(1)
 
 
 def _rule(op):

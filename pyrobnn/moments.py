@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .distribution_tensor import DistributionTensor
+from .gaussian_weight import GaussianWeight
 
 __all__ = ["Moments", "affine_moments"]
 
@@ -66,8 +67,8 @@ def _mv(x):
     """Mean and variance of a ``Moments``, a ``GaussianWeight`` or a plain tensor (variance None)."""
     if isinstance(x, Moments):
         return x.mean, x.var
-    if getattr(x, "mode", None) is not None and hasattr(x, "loc"):  # GaussianWeight
-        return x.loc, x.scale.square()
+    if isinstance(x, GaussianWeight):
+        return x.moments()
     return x, None
 
 
