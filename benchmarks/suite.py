@@ -9,15 +9,14 @@ load hits all methods alike):
 - ``bbb``: pyrobnn ``NormalGuide`` + Gaussian prior, weight sampling;
 - ``local_reparam``: the same under ``local_reparameterization``;
 - ``flipout``: the same under ``flipout``;
+- ``vdp``: the same network and guide trained by VDP++ moment propagation (``vdp``);
 - ``autonormal``: Pyro's ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (optional:
   ``pip install bayesian-torch``; skipped when absent).
 
-Peak memory: each (network, method) runs 10 steps in a fresh subprocess and
-reports its peak memory growth over the state after building the network,
-guide and optimiser (gradients, optimiser state, activations and samples of
-training): on CPU the Linux resident high-water mark (VmHWM, reset through
-``/proc/self/clear_refs``), on CUDA ``torch.cuda.max_memory_allocated``. Prediction: 100 posterior samples
+Peak memory (:func:`pyrobnn.cost.peak_memory`): what one step allocates beyond the
+set-up (network, guide, optimiser state): activations, samples, gradients; on CPU the
+peak size of the tensors alive at once, on CUDA ``torch.cuda.max_memory_allocated``. Prediction: 100 posterior samples
 on 10,000 MNIST test images (random images when no data root is set), the
 vectorized predictive against the loop over samples.
 
@@ -32,9 +31,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
-import subprocess
-import sys
 import time
 
 import pyro
@@ -43,19 +39,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
+from pyrobnn.cost import peak_memory, synchronize, time_steps, training_step
 from pyrobnn.models import MLP, LeNet5
-from pyrobnn.train import make_optimizer, svi_step
+from pyrobnn.train import make_optimizer
 
 NETWORKS = {
     "mlp400": lambda: MLP(784, (400,), 10),
     "mlp1200x2": lambda: MLP(784, (1200, 1200), 10),
     "lenet5": lambda: LeNet5(1, 10, image_size=28),
 }
-METHODS = ("det", "bbb", "local_reparam", "flipout", "autonormal", "bt_reparam", "bt_flipout")
+METHODS = ("det", "bbb", "local_reparam", "flipout", "vdp", "autonormal", "bt_reparam", "bt_flipout")
+ESTIMATOR_OF = {"det": "det", "bbb": "sample", "local_reparam": "local", "flipout": "flipout", "vdp": "vdp"}
 NUM_DATA = 60000
 
 
-def _bayesian_torch(net: nn.Module, kind: str, device):
+def _bayesian_torch(net: nn.Module, kind: str, x, y):
     try:
         from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
     except ImportError:
@@ -63,10 +61,10 @@ def _bayesian_torch(net: nn.Module, kind: str, device):
     net = copy.deepcopy(net)
     dnn_to_bnn(net, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0, "posterior_rho_init": -5.0,
                      "type": kind, "moped_enable": False})
-    net.to(device)
+    net.to(x.device)
     optim = make_optimizer(net.parameters())
 
-    def step(x, y):
+    def step():
         loss = F.cross_entropy(net(x), y) + get_kl_loss(net) / NUM_DATA
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -75,38 +73,22 @@ def _bayesian_torch(net: nn.Module, kind: str, device):
     return step
 
 
-def steppers(name: str, device) -> dict:
-    """One closure ``step(x, y)`` per available method, all on copies of the same network."""
-    torch.manual_seed(0)
-    net = NETWORKS[name]().to(device)
-    det = copy.deepcopy(net)
-    det_optim = make_optimizer(det.parameters())
-
-    def det_step(x, y):
-        loss = F.cross_entropy(det(x), y)
-        det_optim.zero_grad(set_to_none=True)
-        loss.backward()
-        det_optim.step()
-
-    def pyrobnn_step(estimator):
-        model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(device)
-        guide = NormalGuide(model).to(device)
-        optim = make_optimizer(guide.parameters())
-        return lambda x, y: svi_step(model, guide, optim, x, y, estimator=estimator)
-
+def _autonormal(net: nn.Module, x, y):
     pyro.clear_param_store()
-    auto_model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(device)
-    auto_guide = pyro.infer.autoguide.AutoNormal(auto_model)
-    svi = pyro.infer.SVI(auto_model, auto_guide, pyro.optim.Adam({"lr": 1e-3}), pyro.infer.TraceMeanField_ELBO())
-    methods = {
-        "det": det_step,
-        "bbb": pyrobnn_step("sample"),
-        "local_reparam": pyrobnn_step("local"),
-        "flipout": pyrobnn_step("flipout"),
-        "autonormal": svi.step,
-        "bt_reparam": _bayesian_torch(net, "Reparameterization", device),
-        "bt_flipout": _bayesian_torch(net, "Flipout", device),
-    }
+    model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(x.device)
+    guide = pyro.infer.autoguide.AutoNormal(model)
+    svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), pyro.infer.TraceMeanField_ELBO())
+    return lambda: svi.step(x, y)
+
+
+def steppers(name: str, x, y) -> dict:
+    """One closure ``step()`` (an optimiser step on ``(x, y)``) per available method, all on copies of
+    the same network."""
+    torch.manual_seed(0)
+    net = NETWORKS[name]()
+    methods = {method: training_step(net, x, y, estimator) for method, estimator in ESTIMATOR_OF.items()}
+    methods.update(autonormal=_autonormal(net, x, y), bt_reparam=_bayesian_torch(net, "Reparameterization", x, y),
+                   bt_flipout=_bayesian_torch(net, "Flipout", x, y))
     return {k: v for k, v in methods.items() if v is not None}
 
 
@@ -114,58 +96,17 @@ def _batch(device, batch=128):
     return torch.rand(batch, 1, 28, 28, device=device), torch.randint(0, 10, (batch,), device=device)
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_steps(name: str, device, rounds: int, steps: int) -> dict[str, float]:
-    """Median ms/step of every method over interleaved rounds."""
-    methods = steppers(name, device)
+def measure(name: str, device, args) -> dict[str, float]:
+    """ms/step (median over interleaved rounds) and peak MiB of every method on one network."""
     x, y = _batch(device)
-    times = {k: [] for k in methods}
+    methods = steppers(name, x, y)
     with pyro.validation_enabled(False):
-        for step in methods.values():
-            for _ in range(3):
-                step(x, y)
-        for _ in range(rounds):
-            for key, step in methods.items():
-                _sync(device)
-                tick = time.perf_counter()
-                for _ in range(steps):
-                    step(x, y)
-                _sync(device)
-                times[key].append((time.perf_counter() - tick) / steps * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field))
-
-
-def _reset_peak_rss() -> None:
-    """Linux: make VmHWM (peak resident memory) start again from the current resident memory."""
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-
-
-def peak_memory(name: str, method: str, device) -> float:
-    """MiB of peak memory growth over 10 steps of one method, in a fresh process (CPU: resident
-    memory high-water mark VmHWM reset after set-up; CUDA: ``max_memory_allocated``)."""
-    code = (
-        "import sys, torch, pyro; sys.path.insert(0, 'benchmarks'); import suite;"
-        f"dev = torch.device('{device}'); torch.set_num_threads({torch.get_num_threads()});"
-        f"step = suite.steppers('{name}', dev)['{method}']; x, y = suite._batch(dev);"
-        "pyro.enable_validation(False); cuda = dev.type == 'cuda';"
-        "torch.cuda.reset_peak_memory_stats() if cuda else suite._reset_peak_rss();"
-        "before = torch.cuda.memory_allocated() if cuda else suite._rss_kib('VmRSS') * 1024;"
-        "[step(x, y) for _ in range(10)];"
-        "peak = torch.cuda.max_memory_allocated() if cuda else suite._rss_kib('VmHWM') * 1024;"
-        "print((peak - before) / 2**20)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+        ms = time_steps(methods, rounds=args.rounds, repeats=args.steps, device=device)
+        entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+        entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
+        if not args.no_memory:
+            entry.update({f"{k}_mib": round(peak_memory(step, device), 1) for k, step in methods.items()})
+    return entry
 
 
 def time_prediction(device, data_root, samples: int = 100) -> dict[str, float]:
@@ -183,25 +124,17 @@ def time_prediction(device, data_root, samples: int = 100) -> dict[str, float]:
     guide = NormalGuide(model).to(device)
     result = {}
     for key, vectorized in (("predict_loop_s", False), ("predict_vectorized_s", True)):
-        _sync(device)
+        synchronize(device)
         tick = time.perf_counter()
         predictive_outputs(model, guide, x, num_samples=samples, vectorized=vectorized)
-        _sync(device)
+        synchronize(device)
         result[key] = time.perf_counter() - tick
     result["predict_speedup"] = result["predict_loop_s"] / result["predict_vectorized_s"]
     return result
 
 
 def run_device(device, args) -> dict:
-    figures = {}
-    for name in NETWORKS:
-        ms = time_steps(name, device, args.rounds, args.steps)
-        entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
-        entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
-        if not args.no_memory:
-            for method in ms:
-                entry[f"{method}_mib"] = round(peak_memory(name, method, device), 1)
-        figures[name] = entry
+    figures = {name: measure(name, device, args) for name in NETWORKS}
     figures.update({k: round(v, 3) for k, v in time_prediction(device, args.data_root).items()})
     return figures
 

@@ -72,8 +72,9 @@ class RunConfig:
     """additive guide: initial log sigma^2 of every weight."""
     init_log_alpha: float = -4.0
     """multiplicative guide: initial log alpha."""
-    alpha_sharing: Literal["weight", "row", "layer"] = "weight"
-    """multiplicative guide: one log alpha per weight, per output unit (row) or per layer."""
+    share: Literal["weight", "row", "layer"] = "weight"
+    """normal guide: one sigma, multiplicative guide: one log alpha, per weight, per output unit (row; the
+    per-unit variance of VDP++, paper 002 eq. 12) or per layer."""
     likelihood: Literal["auto", "categorical", "gaussian", "heteroscedastic"] = "auto"
     """Observation model; auto: categorical for classification, gaussian for regression."""
     noise_scale: float = 0.1
@@ -187,10 +188,11 @@ def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
 
 def _guide(cfg: RunConfig, model):
     if cfg.guide == "normal":
-        return GUIDES["normal"](model, init_rho=cfg.init_rho, parameterization=cfg.parameterization)
+        return GUIDES["normal"](model, init_rho=cfg.init_rho, parameterization=cfg.parameterization,
+                                 share=cfg.share)
     if cfg.guide == "additive":
         return GUIDES["additive"](model, init_log_sigma2=cfg.init_log_sigma2)
-    return GUIDES["multiplicative"](model, init_log_alpha=cfg.init_log_alpha, share=cfg.alpha_sharing)
+    return GUIDES["multiplicative"](model, init_log_alpha=cfg.init_log_alpha, share=cfg.share)
 
 
 def beta_schedule(cfg: RunConfig):

@@ -19,7 +19,7 @@ _METADATA = {
     torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
     torch.Tensor.ndim.__get__, torch.Tensor.requires_grad.__get__, torch.Tensor.is_cuda.__get__,
     torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.__len__,
-    torch.Tensor.layout.__get__, torch.Tensor.is_sparse.__get__,
+    torch.Tensor.layout.__get__, torch.Tensor.is_sparse.__get__, torch.Tensor.is_nested.__get__,
 }
 
 

@@ -24,27 +24,40 @@ Both have the marginal mean and variance of weight sampling for each example.
   its pre-activations, which later layers propagate.
 
 Vectorized Monte Carlo: a local-mode weight may carry ``particles = (B, S)``.
-The first such layer that receives the B-row input computes the moments of
-its pre-activations once and draws S independent samples of them, so its
-output has S·B rows (particle-major); every later layer simply sees a batch
-of S·B. Per example this is exactly S independent draws of the network under
-:math:`q(w)`, at the cost of one pass.
+The first such layer that receives the B-row input makes S particles of it,
+so its output has S·B rows (particle-major), and every later layer sees a
+batch of S·B. A Linear layer on one row per example samples its
+pre-activations (local reparameterization, exact per example); a layer whose
+input has several rows per example (a convolution, a linear map of tokens)
+draws S weight samples and applies them in one grouped call, because
+per-position pre-activation noise would ignore that positions share weights.
+Per example this is exactly S independent draws of the network under
+:math:`q(w)`, in one pass. (Without particles, local reparameterization of a
+convolution samples every position independently: the usual approximation of
+Kingma et al. 2015 and Molchanov et al. 2017 for training.)
 Any other operation on a ``GaussianWeight`` (a layer without a rule, a
 log-density in a Monte-Carlo KL) sees one ordinary weight sample, drawn once
-and reused, so unsupported layers keep plain weight sampling.
+and reused, so unsupported layers keep plain weight sampling; in ``"moments"``
+mode it goes to the moment rules of :mod:`pyrobnn.moments` instead (e.g. a
+Bayesian positional embedding added to activations), which name any operation
+they do not cover.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .distribution_tensor import DistributionTensor
 
-__all__ = ["GaussianWeight", "MODES"]
+__all__ = ["GaussianWeight", "MODES", "ParticlesUnsupported", "variance_op"]
 
 MODES = ("local", "flipout", "moments")
+
+class ParticlesUnsupported(RuntimeError):
+    """A network uses a Bayesian parameter outside a Linear/Conv layer under vectorized particles."""
+
 
 class GaussianWeight(DistributionTensor):
     """A weight :math:`w \\sim \\mathcal N(\\mu, \\sigma^2)` (elementwise) that layers may use as a distribution.
@@ -68,6 +81,15 @@ class GaussianWeight(DistributionTensor):
         self._sample = None
         return self
 
+    @property
+    def variance(self) -> torch.Tensor:
+        r""":math:`\sigma^2`, of shape ``(out, 1, ...)`` or ``(1, 1, ...)`` when it is shared per output unit
+        or per layer (the scale arrives broadcast: its stride-0 dimensions are undone), else the weight's."""
+        scale = self.scale
+        index = tuple(slice(0, 1) if size > 1 and stride == 0 else slice(None)
+                      for size, stride in zip(scale.shape, scale.stride()))
+        return scale[index].square()
+
     def sample(self) -> torch.Tensor:
         """One weight sample :math:`\\mu + \\sigma \\odot \\epsilon`, drawn once and reused."""
         if self._sample is None:
@@ -75,8 +97,8 @@ class GaussianWeight(DistributionTensor):
         return self._sample
 
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and variance of every weight."""
-        return self.loc, self.scale.square()
+        """Mean and variance (:attr:`variance`, possibly shared) of the weights."""
+        return self.loc, self.variance
 
     def __repr__(self):
         return f"GaussianWeight(shape={tuple(self.loc.shape)}, mode={self.mode!r})"
@@ -86,6 +108,16 @@ class GaussianWeight(DistributionTensor):
         rule = _RULES.get(func)
         if rule is not None and len(args) > 1 and isinstance(args[1], GaussianWeight):
             return rule(*args, **kwargs)
+        if any(isinstance(v, GaussianWeight) and v.mode == "moments" for v in tree_flatten((args, kwargs))[0]):
+            from .moments import Moments  # VDP++: every operation propagates moments (or names itself)
+
+            return Moments.dispatch(func, args, kwargs)
+        if any(isinstance(v, GaussianWeight) and v.particles is not None for v in tree_flatten((args, kwargs))[0]):
+            name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+            raise ParticlesUnsupported(
+                f"{name} uses a Bayesian parameter directly: only Linear/Conv layers run S particles in one pass; "
+                f"draw the samples in a loop instead (num_particles=1, or vectorized=False for prediction)"
+            )
         args, kwargs = tree_map(_as_sample, (args, kwargs))
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
@@ -100,6 +132,21 @@ def _bias_moments(bias):
     return bias.moments() if isinstance(bias, GaussianWeight) else (bias, None)
 
 
+def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest, **kwargs) -> torch.Tensor:
+    r"""``op(a, var.expand(shape), None, *rest)`` for ``op`` = ``F.linear``/``F.convNd``, where ``var`` is a weight
+    variance of ``shape`` or one shared per output unit or per layer (``(out, 1, ...)``, ``(1, ...)``).
+
+    A shared variance factors out of the sum: :math:`\sum_i a_i \sigma_n^2 = \sigma_n^2 \sum_i a_i`, one
+    window sum of ``a`` (a single-output-channel op) scaled per unit, instead of a full layer's op.
+    """
+    groups = kwargs.get("groups", rest[3] if len(rest) > 3 else 1)
+    if var.shape == shape or var.shape[1:].numel() != 1 or groups != 1:
+        return op(a, var.expand(shape), None, *rest, **kwargs)
+    summed = op(a, a.new_ones((1,) + tuple(shape[1:])), None, *rest, **kwargs)
+    units = var.reshape(-1) if op is F.linear else var.reshape((1, -1) + (1,) * (summed.dim() - 2))
+    return summed * units
+
+
 def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     """Apply ``op(x, W, b, *rest)`` (``F.linear`` or ``F.convNd``) with a Gaussian ``W``."""
     if weight.mode == "moments":  # VDP++: propagate mean and variance, see pyrobnn.moments
@@ -107,9 +154,14 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
 
         return affine_moments(op, x, weight, bias, *rest, **kwargs)
     bias_loc, bias_var = _bias_moments(bias)
+    if weight.particles is not None and x.dim() > 2:
+        return _particle_weights(op, x, weight, bias, *rest, **kwargs)
     mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
     if weight.mode == "local":
-        std = op(x.square(), weight.scale.square(), bias_var, *rest, **kwargs).clamp_min(1e-16).sqrt()
+        var = variance_op(op, x.square(), weight.variance, weight.shape, *rest, **kwargs)
+        if bias_var is not None:
+            var = var + (bias_var if op is F.linear else bias_var.view((-1,) + (1,) * (var.dim() - 2)))
+        std = var.clamp_min(1e-16).sqrt()
         if weight.particles is not None and x.shape[0] == weight.particles[0]:
             repeats = (weight.particles[1],) + (1,) * (mean.dim() - 1)
             mean, std = mean.repeat(repeats), std.repeat(repeats)
@@ -121,8 +173,36 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     out = torch.addcmul(mean, perturbation, _rademacher(perturbation))
     if bias_var is not None:  # the bias is shared by the batch, like the weight perturbation
         shape = (1, -1) + (1,) * (out.dim() - 2)
-        out = out + (bias_var.sqrt() * torch.randn_like(bias_var)).view(shape)
+        out = out + (bias_var.sqrt() * torch.randn_like(bias_loc)).view(shape)
     return out
+
+
+def _particle_weights(op, x, weight: GaussianWeight, bias, *rest, **kwargs):
+    """S particles of a layer whose input has several rows per example (a convolution, a linear map of
+    tokens), with S weight samples applied in one call: a grouped convolution over the particles'
+    stacked channels, or a batched matrix product. Sampling pre-activations there would make every
+    position independent, which weight sharing does not."""
+    batch, particles = weight.particles
+    w = torch.addcmul(weight.loc, weight.scale, torch.randn((particles,) + weight.shape, dtype=weight.dtype,
+                                                            device=weight.device))
+    b = bias.loc + bias.scale * torch.randn((particles,) + bias.shape, dtype=bias.dtype, device=bias.device) \
+        if isinstance(bias, GaussianWeight) else bias
+    if x.shape[0] == batch:  # the first Bayesian layer: the same input for every particle
+        x = x.expand((particles,) + x.shape)
+    else:
+        x = x.view((particles, batch) + x.shape[1:])
+    if op is F.linear:  # (S, B, ..., in) @ (S, 1, in, out)
+        w = w.transpose(-1, -2).view((particles,) + (1,) * (x.dim() - 3) + w.shape[-1:] + w.shape[-2:-1])
+        out = torch.matmul(x, w)
+        return (out if b is None else out + b.view((particles,) + (1,) * (out.dim() - 2) + b.shape[-1:])).flatten(0, 1)
+    options = dict(zip(("stride", "padding", "dilation", "groups"), rest), **kwargs)
+    groups = options.pop("groups", 1)
+    stacked = x.transpose(0, 1).flatten(1, 2)  # (B, S*C, ...)
+    out = op(stacked, w.flatten(0, 1), None, groups=particles * groups, **options)
+    out = out.view((batch, particles) + w.shape[1:2] + out.shape[2:]).transpose(0, 1)  # (S, B, out, ...)
+    if b is not None:
+        out = out + b.reshape((particles if b.dim() > 1 else 1, 1, -1) + (1,) * (out.dim() - 3))
+    return out.flatten(0, 1)
 
 
 def _rademacher(like: torch.Tensor) -> torch.Tensor:

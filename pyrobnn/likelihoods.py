@@ -100,9 +100,9 @@ class Categorical(Likelihood):
 
     def moment_distribution(self, output):
         if self.vdp_objective == "cross_entropy":
-            return dist.Categorical(logits=output.mean)
+            return dist.Categorical(logits=output.loc)
         probs = F.softmax(output, -1)
-        return MomentCategorical(probs.mean, probs.var)
+        return MomentCategorical(probs.loc, probs.variance)
 
     def check(self, output, y):
         if output.dim() != 2:
@@ -144,8 +144,8 @@ class _GaussianBase(Likelihood):
     def moment_distribution(self, output):
         """The noise variance added to the propagated variance of the mean outputs (the first D
         columns; a heteroscedastic network's scale columns are used at their mean)."""
-        mean, scale = self.mean_scale(output.mean)
-        return dist.Normal(mean, (output.var[..., : mean.shape[-1]] + scale**2).sqrt()).to_event(1)
+        mean, scale = self.mean_scale(output.loc)
+        return dist.Normal(mean, (output.variance[..., : mean.shape[-1]] + scale**2).sqrt()).to_event(1)
 
     def check(self, output, y):
         if y is not None and y.shape != self.mean_scale(output)[0].shape:

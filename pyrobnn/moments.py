@@ -31,24 +31,26 @@ import torch
 import torch.nn.functional as F
 
 from .distribution_tensor import DistributionTensor
-from .gaussian_weight import GaussianWeight
+from .gaussian_weight import GaussianWeight, variance_op
 
 __all__ = ["Moments", "affine_moments"]
 
 class Moments(DistributionTensor):
-    """A tensor of independent Gaussians, known by ``mean`` and ``var`` (both attached to autograd)."""
+    """A tensor of independent Gaussians, known by its mean ``loc`` and its ``variance`` (both attached to
+    autograd; named as in ``torch.distributions``, so that the tensor methods ``mean()`` and ``var()``
+    the network may call stay the moment rules)."""
 
-    mean: torch.Tensor
-    var: torch.Tensor
+    loc: torch.Tensor
+    variance: torch.Tensor
 
     @staticmethod
     def __new__(cls, mean: torch.Tensor, var: torch.Tensor):
         self = cls.wrap(mean)
-        self.mean, self.var = mean, var
+        self.loc, self.variance = mean, var
         return self
 
     def __repr__(self):
-        return f"Moments(shape={tuple(self.mean.shape)})"
+        return f"Moments(shape={tuple(self.loc.shape)})"
 
     @classmethod
     def dispatch(cls, func, args, kwargs):
@@ -66,9 +68,9 @@ class Moments(DistributionTensor):
 def _mv(x):
     """Mean and variance of a ``Moments``, a ``GaussianWeight`` or a plain tensor (variance None)."""
     if isinstance(x, Moments):
-        return x.mean, x.var
+        return x.loc, x.variance
     if isinstance(x, GaussianWeight):
-        return x.moments()
+        return x.loc, x.scale.square()
     return x, None
 
 
@@ -77,21 +79,24 @@ def _wrap(mean, var):
 
 
 def affine_moments(op, x, weight, bias=None, *rest, **kwargs):
-    """Moments of ``op(x, W, b, *rest)`` for ``F.linear``/``F.convNd`` with any of x, W, b random."""
+    r"""Moments of ``op(x, W, b, *rest)`` for ``F.linear``/``F.convNd`` with any of x, W, b random:
+    :math:`\sigma_z^2 = F(\sigma_x^2, \mu_W^2) + F(\sigma_x^2 + \mu_x^2, \sigma_W^2) + \sigma_b^2`, which is
+    SPEC's :math:`F(\sigma_x^2, \sigma_W^2 + \mu_W^2) + F(\mu_x^2, \sigma_W^2) + \sigma_b^2` regrouped so that a
+    weight variance shared per output unit (eq. 12) costs one window sum (:func:`variance_op`)."""
     mean_x, var_x = _mv(x)
-    mean_w, var_w = _mv(weight)
+    mean_w, var_w = weight.moments() if isinstance(weight, GaussianWeight) else _mv(weight)  # variance may be shared
     mean_b, var_b = _mv(bias) if bias is not None else (None, None)
     mean = op(mean_x, mean_w, mean_b, *rest, **kwargs)
-    var = None
-    if var_w is not None:
-        var = op(mean_x.square(), var_w, None, *rest, **kwargs)
+    terms = []
     if var_x is not None:
-        second = mean_w.square() if var_w is None else mean_w.square() + var_w
-        term = op(var_x, second, None, *rest, **kwargs)
-        var = term if var is None else var + term
+        terms.append(op(var_x, mean_w.square(), None, *rest, **kwargs))
+    if var_w is not None:
+        second = mean_x.square() if var_x is None else var_x + mean_x.square()
+        terms.append(variance_op(op, second, var_w, mean_w.shape, *rest, **kwargs))
     if var_b is not None:
-        term = var_b.view((1, -1) + (1,) * (mean.dim() - 2)) if mean.dim() > 2 else var_b
-        var = term.expand_as(mean) if var is None else var + term
+        terms.append(var_b.view((1, -1) + (1,) * (mean.dim() - 2)) if mean.dim() > 2 and op is not F.linear
+                     else var_b)
+    var = None if not terms else sum(terms[1:], terms[0]).expand_as(mean)
     return _wrap(mean, var)
 
 
@@ -185,6 +190,81 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return Moments(out, var * slope.square())
 
 
+def _product(mean_a, var_a, mean_b, var_b, op):
+    r"""Moments of ``op(a, b)`` for a bilinear ``op`` (elementwise product, matmul) of independent a, b:
+    :math:`\mu = op(\mu_a, \mu_b)`, :math:`\sigma^2 = op(\sigma_a^2, \sigma_b^2 + \mu_b^2) + op(\mu_a^2, \sigma_b^2)`."""
+    mean = op(mean_a, mean_b)
+    terms = []
+    if var_a is not None:
+        terms.append(op(var_a, mean_b * mean_b if var_b is None else var_b + mean_b * mean_b))
+    if var_b is not None:
+        terms.append(op(mean_a * mean_a, var_b))
+    return _wrap(mean, sum(terms[1:], terms[0]) if terms else None)
+
+
+def _bilinear(op):
+    def rule(a, b, *args, **kwargs):
+        (mean_a, var_a), (mean_b, var_b) = _mv(a), _mv(b)
+        return _product(mean_a, var_a, mean_b, var_b, lambda u, v: op(u, v, *args, **kwargs))
+
+    return rule
+
+
+def _divide(a, b, *, rounding_mode=None):
+    mean_b, var_b = _mv(b)
+    if var_b is not None or rounding_mode is not None:
+        raise TypeError("vdp: no moment-propagation rule for a division by a random tensor (or with rounding)")
+    return _bilinear(torch.mul)(a, 1 / mean_b)
+
+
+def _reduced_mean(x, dim=None, keepdim=False, *, dtype=None):
+    r"""Mean over ``dim`` of independent units: :math:`\sigma^2 = \mathrm{mean}(\sigma_i^2) / n`."""
+    mean, var = _mv(x)
+    out = mean.mean(dim, keepdim, dtype=dtype) if dim is not None else mean.mean(dtype=dtype)
+    if var is None:
+        return out
+    n = mean.numel() // max(out.numel(), 1)
+    return Moments(out, (var.mean(dim, keepdim, dtype=dtype) if dim is not None else var.mean(dtype=dtype)) / n)
+
+
+def _multi_head_attention(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                          bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
+                          key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False,
+                          q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None,
+                          average_attn_weights=True, is_causal=False):
+    r"""Multi-head self-attention (``nn.MultiheadAttention``) on moments, inputs ``(L, N, E)``.
+
+    Approximation: the queries, keys and values of a head are treated as independent Gaussians
+    (they are computed from the same input, so they are in fact correlated), and attention
+    dropout is the identity. Then every step is a rule above: the in/out projections are
+    :func:`affine_moments`; the scores :math:`QK^\top/\sqrt{d}` and the output :math:`PV` are
+    products of independent factors (:func:`_product`: exact first and second moments given
+    independence); the attention weights :math:`P` use the softmax Jacobian rule.
+    """
+    options = {"bias_k/bias_v": bias_k is not None or bias_v is not None, "add_zero_attn": add_zero_attn,
+               "key_padding_mask": key_padding_mask is not None, "attn_mask": attn_mask is not None,
+               "is_causal": is_causal, "separate projection weights": use_separate_proj_weight,
+               "static_k/static_v": static_k is not None or static_v is not None,
+               "cross-attention (query, key, value differ)": not (query is key is value)}
+    unsupported = [name for name, used in options.items() if used]
+    if unsupported:
+        raise TypeError(f"vdp: multi-head attention moments support plain self-attention only, not {unsupported}")
+    length, batch, embed = query.shape
+    heads = lambda t: t.reshape(length, batch * num_heads, embed // num_heads).transpose(0, 1)
+    mean, var = _mv(affine_moments(F.linear, query, in_proj_weight, in_proj_bias))
+    (mean_q, mean_k, mean_v), (var_q, var_k, var_v) = (map(heads, t.chunk(3, -1)) for t in (mean, var))
+    scale = (embed // num_heads) ** -0.5
+    scores = _product(mean_q * scale, var_q * scale**2, mean_k.transpose(1, 2), var_k.transpose(1, 2), torch.bmm)
+    weights = _softmax(scores, -1)
+    out = _product(weights.loc, weights.variance, mean_v, var_v, torch.bmm)
+    merge = lambda t: t.transpose(0, 1).reshape(length, batch, embed)
+    out = affine_moments(F.linear, Moments(merge(out.loc), merge(out.variance)), out_proj_weight, out_proj_bias)
+    if not need_weights:
+        return out, None
+    weights = weights.loc.view(batch, num_heads, length, length)
+    return out, weights.mean(1) if average_attn_weights else weights
+
+
 def _rules() -> dict:
     rules = {op: (lambda op: lambda *a, **k: affine_moments(op, *a, **k))(op)
              for op in (F.linear, F.conv1d, F.conv2d, F.conv3d)}
@@ -193,8 +273,19 @@ def _rules() -> dict:
     for op in (torch.sigmoid, torch.Tensor.sigmoid, F.sigmoid, torch.tanh, torch.Tensor.tanh, F.tanh, F.gelu,
                F.silu, F.elu, F.leaky_relu, F.softplus, torch.exp, torch.Tensor.exp):
         rules[op] = _elementwise(op)
-    for op in (torch.flatten, torch.Tensor.flatten, torch.reshape, torch.Tensor.reshape, torch.Tensor.view):
+    for op in (torch.flatten, torch.Tensor.flatten, torch.reshape, torch.Tensor.reshape, torch.Tensor.view,
+               torch.transpose, torch.Tensor.transpose, torch.permute, torch.Tensor.permute, torch.Tensor.contiguous,
+               torch.unflatten, torch.Tensor.unflatten, torch.squeeze, torch.Tensor.squeeze, torch.unsqueeze,
+               torch.Tensor.unsqueeze, torch.Tensor.__getitem__):
         rules[op] = _both(op)
+    for op in (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__):
+        rules[op] = _bilinear(torch.mul)
+    for op in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm):
+        rules[op] = _bilinear(torch.matmul)
+    for op in (torch.div, torch.Tensor.div, torch.Tensor.__truediv__):
+        rules[op] = _divide
+    for op in (torch.mean, torch.Tensor.mean):
+        rules[op] = _reduced_mean
     for op in (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout):
         rules[op] = _identity
     for op in (torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__):
@@ -202,7 +293,8 @@ def _rules() -> dict:
     rules.update({F.max_pool1d: _max_pool(1), F.max_pool2d: _max_pool(2), F.max_pool3d: _max_pool(3),
                   F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
                   F.softmax: _softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
-                  F.batch_norm: _batch_norm, F.layer_norm: _layer_norm})
+                  F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
+                  F.multi_head_attention_forward: _multi_head_attention})
     return rules
 
 

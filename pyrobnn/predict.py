@@ -9,6 +9,7 @@ from pyro import poutine
 from torch import nn
 
 from .device import device_of
+from .gaussian_weight import ParticlesUnsupported
 
 __all__ = ["predict", "predict_moments", "predictive_outputs", "evaluate", "prediction_mode"]
 
@@ -54,8 +55,9 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
     batched passes under :func:`~pyrobnn.handlers.local_reparameterization` with
     ``num_particles``: per example, exactly S independent draws of the network under
     :math:`q(w)`; at most ``max_rows`` rows (particles x examples) go through the network at
-    once. Otherwise a Python loop draws one weight sample per pass, shared by all chunks of
-    ``batch_size`` inputs.
+    once. Otherwise (or when the network uses a Bayesian parameter outside a Linear/Conv layer, e.g.
+    a positional embedding or attention weights) a Python loop draws one weight sample per pass,
+    shared by all chunks of ``batch_size`` inputs.
     """
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
@@ -63,11 +65,16 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     x = x.to(device_of(guide, model))
     model.check_input(x)
+    explicit = vectorized is not None
     if vectorized is None:
         vectorized = _normal_family(guide) and len(guide.site_names) > 0
     with prediction_mode(model, mc_dropout):
         if vectorized:
-            return _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows)
+            try:
+                return _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows)
+            except ParticlesUnsupported:
+                if explicit:
+                    raise
         outputs = []
         for _ in range(num_samples):
             guide_trace = poutine.trace(guide).get_trace()
@@ -94,10 +101,10 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
             out = net(chunk)
             if not isinstance(out, Moments):
                 out = Moments(out, torch.zeros_like(out))
-            summary = {"mean": out.mean, "var": out.var}
+            summary = {"mean": out.loc, "var": out.variance}
             if model.task == "classification":
                 probs = torch.nn.functional.softmax(out, -1)
-                summary.update(probs=probs.mean, probs_var=probs.var)
+                summary.update(probs=probs.loc, probs_var=probs.variance)
             parts.append(summary)
     return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
 

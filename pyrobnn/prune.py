@@ -10,17 +10,25 @@ A mask is a dict ``{site name: bool tensor}``, True where a weight is kept.
 - :func:`magnitude_masks`: global L1 (magnitude) pruning of the posterior means to a fraction
   (paper 002's self-compression);
 - :func:`apply_masks`: turns removed weights of a guide into point masses at zero;
-- :func:`sparsity`: per-layer and total fraction removed.
+- :func:`sparsity`: per-layer and total fraction removed;
+- :func:`magnitude_prune_module`: the same global L1 rule on the weights of a plain ``nn.Module``
+  (the deterministic baseline);
+- :func:`pruning_curve`: accuracy (or any metrics) against the fraction pruned, paper 002 Fig. 2.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from typing import Callable, Sequence
 
 import torch
+from torch import nn
+
+from .guides.base import SiteGuide
 
 __all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks", "sparsity",
-           "METHODS"]
+           "magnitude_prune_module", "pruning_curve", "METHODS"]
 
 
 def _weights(guide, include_biases: bool):
@@ -68,22 +76,30 @@ def random_masks(masks: dict[str, torch.Tensor], seed: int = 0) -> dict[str, tor
     return out
 
 
-@torch.no_grad()
-def magnitude_masks(guide, fraction: float, include_biases: bool = False) -> dict[str, torch.Tensor]:
-    """Global L1 pruning: remove the ``fraction`` of weights (over all layers) with the smallest :math:`|\\mu|`."""
+def _check_fraction(fraction) -> None:
     if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
         raise ValueError(f"fraction (of weights to prune) must lie in [0, 1], got {fraction!r}")
-    names = _weights(guide, include_biases)
-    locs = {name: guide.loc_scale(name)[0].abs() for name in names}
-    flat = torch.cat([loc.reshape(-1).cpu() for loc in locs.values()])
+
+
+def _global_l1_masks(magnitudes: dict[str, torch.Tensor], fraction: float) -> dict[str, torch.Tensor]:
+    """Keep-masks removing the ``fraction`` of entries (over all tensors) with the smallest magnitude."""
+    flat = torch.cat([m.reshape(-1).cpu() for m in magnitudes.values()])
     removed = int(round(fraction * flat.numel()))
     keep_flat = torch.ones(flat.numel(), dtype=torch.bool)
     keep_flat[torch.argsort(flat, stable=True)[:removed]] = False
     masks, start = {}, 0
-    for name, loc in locs.items():
-        masks[name] = keep_flat[start:start + loc.numel()].view(loc.shape).to(loc.device)
-        start += loc.numel()
+    for name, m in magnitudes.items():
+        masks[name] = keep_flat[start:start + m.numel()].view(m.shape).to(m.device)
+        start += m.numel()
     return masks
+
+
+@torch.no_grad()
+def magnitude_masks(guide, fraction: float, include_biases: bool = False) -> dict[str, torch.Tensor]:
+    """Global L1 pruning: remove the ``fraction`` of weights (over all layers) with the smallest :math:`|\\mu|`."""
+    _check_fraction(fraction)
+    names = _weights(guide, include_biases)
+    return _global_l1_masks({name: guide.loc_scale(name)[0].abs() for name in names}, fraction)
 
 
 def apply_masks(guide, masks: dict[str, torch.Tensor]) -> None:
@@ -112,3 +128,78 @@ def principled_masks(guide, threshold: float | None = None) -> dict[str, torch.T
     variational dropout) at ``threshold`` (default: 0.83 and 3)."""
     rule = METHODS[guide.pruning_rule]
     return rule(guide) if threshold is None else rule(guide, threshold)
+
+
+def _module_weights(net: nn.Module) -> dict[str, torch.Tensor]:
+    """The weight tensors of ``net`` that global pruning considers: named ``*weight`` with
+    ``dim >= 2`` (linear and convolution kernels, not normalisation scales or biases)."""
+    weights = {name: p for name, p in net.named_parameters() if name.endswith("weight") and p.dim() >= 2}
+    if not weights:
+        raise ValueError("net has no weight tensors (parameters named '*weight' with dim >= 2) to prune")
+    return weights
+
+
+@torch.no_grad()
+def _module_masks(net: nn.Module, fraction: float) -> dict[str, torch.Tensor]:
+    _check_fraction(fraction)
+    return _global_l1_masks({name: w.abs() for name, w in _module_weights(net).items()}, fraction)
+
+
+@torch.no_grad()
+def magnitude_prune_module(net: nn.Module, fraction: float) -> nn.Module:
+    """A deep copy of the plain network ``net`` with the ``fraction`` of its weights of smallest
+    :math:`|w|`, ranked globally over all weight tensors (dim >= 2), set to zero; ``net`` is untouched."""
+    return _prune_module(net, fraction)[0]
+
+
+@torch.no_grad()
+def _prune_module(net: nn.Module, fraction: float) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    pruned = copy.deepcopy(net)
+    masks = _module_masks(pruned, fraction)
+    for name, weight in _module_weights(pruned).items():
+        weight.mul_(masks[name])
+    return pruned, masks
+
+
+FRACTIONS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+"""Default pruning fractions of :func:`pruning_curve` (paper 002, Fig. 2)."""
+
+
+def pruning_curve(evaluate_fn: Callable, guide, fractions: Sequence[float] = FRACTIONS,
+                  include_biases: bool = False) -> list[dict[str, float]]:
+    """Self-compression (paper 002, Fig. 2): metrics after global L1 unstructured pruning.
+
+    For each ``fraction`` f, a deep copy of ``guide`` loses the f smallest :math:`|\\mu|` of its
+    weights (:func:`magnitude_masks` + :func:`apply_masks`), and ``evaluate_fn(pruned)`` is recorded:
+    a float (stored as ``"accuracy"``) or a dict of metrics. ``guide`` may also be a plain
+    ``nn.Module`` (the deterministic baseline): it is pruned by :func:`magnitude_prune_module`, and
+    ``evaluate_fn`` receives the pruned module. The original is left untouched.
+
+    :returns: one dict per fraction: ``fraction``, ``sparsity`` (the fraction of the considered
+        weights actually removed) and the metrics.
+    """
+    if isinstance(fractions, (int, float)):
+        fractions = (fractions,)
+    if len(fractions) == 0:
+        raise ValueError("fractions must be a non-empty sequence of numbers in [0, 1]")
+    for fraction in fractions:
+        _check_fraction(fraction)
+    if not callable(evaluate_fn):
+        raise TypeError(f"evaluate_fn must be callable (pruned guide or module -> accuracy or dict), "
+                        f"got {evaluate_fn!r}")
+    if not isinstance(guide, nn.Module):
+        raise TypeError(f"guide must be a pyrobnn SiteGuide or a plain nn.Module, got {type(guide).__name__}")
+
+    rows = []
+    for fraction in fractions:
+        if isinstance(guide, SiteGuide):
+            pruned = copy.deepcopy(guide)
+            masks = magnitude_masks(pruned, fraction, include_biases)
+            apply_masks(pruned, masks)
+        else:
+            pruned, masks = _prune_module(guide, fraction)
+        metrics = evaluate_fn(pruned)
+        if not isinstance(metrics, dict):
+            metrics = {"accuracy": float(metrics)}
+        rows.append({"fraction": float(fraction), "sparsity": sparsity(masks)["total"], **metrics})
+    return rows

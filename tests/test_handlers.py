@@ -159,6 +159,32 @@ def test_vectorized_and_looped_predictions_agree_in_distribution():
     assert ((ratio - 1).abs() < 10 * math.sqrt(4.0 / n)).all(), f"variance ratios {ratio}"
 
 
+@pytest.mark.parametrize("network", ["lenet5", "vit"])
+def test_vectorized_prediction_of_convolutional_and_token_networks_is_weight_sampling(network):
+    """Convolutions (and linear maps of tokens) share weights across positions: the vectorized
+    predictive draws S weight samples for them, so its outputs have the moments of the loop's; a
+    network using a Bayesian parameter outside a layer (the ViT's positional embedding) falls back to
+    the loop, and refuses vectorized=True clearly."""
+    from pyrobnn.gaussian_weight import ParticlesUnsupported
+    from pyrobnn.models import LeNet5, ViT
+    from pyrobnn.predict import predictive_outputs
+
+    net = LeNet5() if network == "lenet5" else ViT(dim=16, depth=1, heads=2, mlp_dim=32)
+    model = BayesianNetwork(net, prior=GaussianPrior(), num_data=100)
+    guide = NormalGuide(model, init_rho=-3.0)
+    x = torch.rand(3, 1, 28, 28)
+    n = 1000
+    fast = predictive_outputs(model, guide, x, num_samples=n)
+    slow = predictive_outputs(model, guide, x, num_samples=n, vectorized=False)
+    z = (fast.mean(0) - slow.mean(0)).abs() / ((slow.var(0) + fast.var(0)) / n).sqrt()
+    assert z.max() < 5, f"means differ by {z.max():.1f} standard errors"
+    ratio = fast.var(0) / slow.var(0)
+    assert ((ratio - 1).abs() < 8 * math.sqrt(4.0 / n)).all(), f"variance ratios {ratio}"
+    if network == "vit":
+        with pytest.raises(ParticlesUnsupported, match="uses a Bayesian parameter directly"):
+            predictive_outputs(model, guide, x, num_samples=4, vectorized=True)
+
+
 def test_vectorized_particles_average_the_elbo_over_particles():
     """With tiny posterior noise, S vectorized particles give the same NLL as one particle."""
     model, guide = _small_model()

@@ -23,9 +23,24 @@ from torch import nn
 
 from ..bayesian import Site
 
-__all__ = ["SiteGuide", "InitLoc"]
+__all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
+
+SHARING = ("weight", "row", "layer")
+"""How many values a per-weight quantity (a variance, a dropout rate) has: one per weight, one per
+output unit (a row of the weight: paper 002 eq. 12, Kingma et al. 2015 sec. 3.3), or one per layer."""
+
+
+def shared_shape(shape: torch.Size, share: str) -> torch.Size:
+    """The shape of a quantity of a weight of ``shape`` shared as ``share`` (broadcastable to ``shape``)."""
+    if share not in SHARING:
+        raise ValueError(f"share must be one of {SHARING}, got {share!r}")
+    if share == "weight" or len(shape) == 0:
+        return torch.Size(shape)
+    if share == "row":
+        return torch.Size(shape[:1] + (1,) * (len(shape) - 1))
+    return torch.Size(())
 
 
 def finite(name: str, value) -> float:
@@ -101,11 +116,13 @@ class SiteGuide(PyroModule):
     @torch.no_grad()
     def prune_(self, name: str, keep: torch.Tensor) -> None:
         """Remove the weights of site ``name`` where ``keep`` is False (in place)."""
+        expected = self.get_posterior(name).event_shape
+        if keep.shape != expected:
+            raise ValueError(f"mask for {name!r} has shape {tuple(keep.shape)}, expected {tuple(expected)}")
         for role, value in self.pruned.items():
             param = self.param(name, role)
-            if param.shape != keep.shape:
-                raise ValueError(f"mask for {name!r} has shape {tuple(keep.shape)}, expected {tuple(param.shape)}")
-            param.masked_fill_(~keep.to(param.device), value)
+            if param.shape == keep.shape:  # a shared (per-row/layer) parameter serves kept weights too
+                param.masked_fill_(~keep.to(param.device), value)
 
     def median(self) -> dict[str, torch.Tensor]:
         """A point value per site (the posterior median), for deterministic prediction."""

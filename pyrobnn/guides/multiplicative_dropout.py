@@ -5,11 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..log_uniform import KL_APPROXIMATIONS, DropoutNormal
-from .base import InitLoc, SiteGuide, finite
+from .base import InitLoc, SiteGuide, finite, shared_shape
 
 __all__ = ["MultiplicativeDropoutGuide"]
-
-SHARING = ("weight", "row", "layer")
 
 
 class MultiplicativeDropoutGuide(SiteGuide):
@@ -27,8 +25,7 @@ class MultiplicativeDropoutGuide(SiteGuide):
 
     def __init__(self, model, init_loc: InitLoc = "module", init_log_alpha: float = -4.0,
                  share: str = "weight", max_log_alpha: float = 0.0, approximation: str = "kingma"):
-        if share not in SHARING:
-            raise ValueError(f"share must be one of {SHARING}, got {share!r}")
+        shared_shape(torch.Size(), share)  # validates share
         init_log_alpha = finite("init_log_alpha", init_log_alpha)
         if approximation not in KL_APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {sorted(KL_APPROXIMATIONS)}, got {approximation!r}")
@@ -41,12 +38,7 @@ class MultiplicativeDropoutGuide(SiteGuide):
 
     def setup_site(self, site, loc):
         self.add_param(site, "theta", loc)
-        if self.share == "weight" or loc.dim() == 0:
-            shape = loc.shape
-        elif self.share == "row":
-            shape = loc.shape[:1] + (1,) * (loc.dim() - 1)
-        else:
-            shape = ()
+        shape = shared_shape(loc.shape, self.share)
         self.add_param(site, "log_alpha", torch.full(shape, self.init_log_alpha, dtype=loc.dtype, device=loc.device))
 
     def log_alpha(self, name):

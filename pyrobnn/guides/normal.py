@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from .base import InitLoc, SiteGuide, finite
+from .base import InitLoc, SiteGuide, finite, shared_shape
 
 __all__ = ["NormalGuide"]
 
@@ -50,11 +50,17 @@ class NormalGuide(SiteGuide):
         parameterisations (-5 gives :math:`\sigma_0 \approx 6.7\cdot 10^{-3}`; a very negative
         value makes the guide reproduce the deterministic network).
     :param parameterization: ``"softplus"`` or ``"log_variance"``.
+    :param share: one :math:`\sigma` per ``"weight"``, per output unit (``"row"``: the weights
+        :math:`v_n` of unit :math:`n` share :math:`\sigma_{v_n}`, :math:`q(v_n) = \mathcal N(\mu_{v_n},
+        \sigma_{v_n}^2 I)`, whose KL against :math:`\mathcal N(0, I)` is paper 002 eq. 12,
+        :math:`\tfrac12\sum_n (\|\mu_{v_n}\|^2 + j\sigma_{v_n}^2 - j\log\sigma_{v_n}^2 - j)`), or per ``"layer"``.
     """
 
     def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,
-                 parameterization: str = "softplus"):
+                 parameterization: str = "softplus", share: str = "weight"):
         init_rho = finite("init_rho", init_rho)
+        shared_shape(torch.Size(), share)  # validates share
+        self.share = share
         if parameterization not in ("softplus", "log_variance"):
             raise ValueError(f"parameterization must be 'softplus' or 'log_variance', got {parameterization!r}")
         self.init_rho, self.parameterization = init_rho, parameterization
@@ -64,7 +70,7 @@ class NormalGuide(SiteGuide):
 
     def setup_site(self, site, loc):
         self.add_param(site, "loc", loc)
-        rho = torch.full_like(loc, self.init_rho)
+        rho = torch.full(shared_shape(loc.shape, self.share), self.init_rho, dtype=loc.dtype, device=loc.device)
         self.add_param(site, self._scale_role, rho if self.parameterization == "softplus"
                        else 2 * torch.nn.functional.softplus(rho).log())
 

@@ -21,7 +21,7 @@ class VDPMessenger(GaussianWeightMessenger):
 
         with vdp():
             out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-        out.mean, out.var
+        out.loc, out.variance
 
     An operation without a rule raises an error naming it.
     """

@@ -9,10 +9,11 @@ from torch import nn
 
 from .lenet import LeNet5
 from .mlp import MLP
+from .vit import ViT
 
-__all__ = ["MLP", "LeNet5", "MODELS", "build_model"]
+__all__ = ["MLP", "LeNet5", "ViT", "MODELS", "build_model"]
 
-MODELS = ("mlp", "lenet300-100", "lenet5")
+MODELS = ("mlp", "lenet300-100", "lenet5", "vit")
 """Built-in names; ``tv:<name>`` (e.g. ``tv:resnet18``) builds any torchvision classification model."""
 
 
@@ -34,7 +35,8 @@ def build_model(
     """Build a network by name for inputs of ``input_shape`` (per example) and ``num_outputs`` outputs.
 
     ``mlp`` uses ``hidden``; ``lenet300-100`` is ``MLP(784, (300, 100), 10)``; ``lenet5`` needs
-    ``(C, 28|32, 28|32)`` images; ``tv:<name>`` is ``torchvision.models.get_model(name,
+    ``(C, 28|32, 28|32)`` images; ``vit`` is the small :class:`ViT` (7x7 patches of 28x28, 8x8 of 32x32
+    images, ``dropout`` in its blocks); ``tv:<name>`` is ``torchvision.models.get_model(name,
     num_classes=num_outputs)`` (random init; grey inputs are repeated to 3 channels).
     """
     key = name.lower()
@@ -47,6 +49,11 @@ def build_model(
         if len(input_shape) != 3:
             raise ValueError(f"lenet5 needs image inputs (C, H, W), got input shape {tuple(input_shape)}")
         return LeNet5(input_shape[0], num_outputs, image_size=input_shape[-1])
+    if key == "vit":
+        if len(input_shape) != 3 or input_shape[-1] not in (28, 32):
+            raise ValueError(f"vit needs (C, 28|32, 28|32) images, got input shape {tuple(input_shape)}")
+        return ViT(input_shape[0], num_outputs, image_size=input_shape[-1], patch_size=input_shape[-1] // 4,
+                   dropout=dropout)
     if key.startswith("tv:"):
         import torchvision
 
