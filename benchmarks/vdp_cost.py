@@ -20,22 +20,11 @@ import json
 import pyro
 import torch
 from rich.console import Console
-from rich.table import Table
 
-from pyrobnn.cost import compare_training_cost
+from pyrobnn.cost import compare_training_cost, cost_table
 from pyrobnn.models import LeNet5
 
 METHODS = {"det": ("det", "weight"), "bbb": ("sample", "weight"), "vdp": ("vdp", "weight"), "vdp_row": ("vdp", "row")}
-
-
-def cost_table(title: str, cost: dict) -> Table:
-    table = Table(title=title)
-    for column in ("method", "ms/step", "s/epoch", "peak MiB", "time x det", "memory x det"):
-        table.add_column(column, justify="right")
-    for label, c in cost.items():
-        table.add_row(label, f"{c['ms_step']:.1f}", f"{c['s_epoch']:.1f}", f"{c['peak_mib']:.1f}",
-                      f"{c['time_ratio']:.2f}", f"{c['memory_ratio']:.2f}")
-    return table
 
 
 def main():

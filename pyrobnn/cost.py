@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["LiveTensorMemory", "compare_training_cost", "peak_memory", "synchronize", "time_steps", "training_step"]
+__all__ = ["LiveTensorMemory", "compare_training_cost", "cost_table", "peak_memory", "synchronize", "time_steps", "training_step"]
 
 
 class LiveTensorMemory(TorchDispatchMode):
@@ -151,3 +151,16 @@ def compare_training_cost(net: torch.nn.Module, input_shape: tuple[int, ...], nu
     return {label: {"ms_step": ms[label], "s_epoch": ms[label] * steps_per_epoch / 1e3, "peak_mib": memory[label],
                     "time_ratio": ms[label] / ms["det"], "memory_ratio": memory[label] / memory["det"]}
             for label in steps}
+
+
+def cost_table(title: str, cost: dict[str, dict[str, float]]):
+    """A rich table of :func:`compare_training_cost`'s figures."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("method", "ms/step", "s/epoch", "peak MiB", "time x det", "memory x det"):
+        table.add_column(column, justify="right")
+    for label, c in cost.items():
+        table.add_row(label, f"{c['ms_step']:.1f}", f"{c['s_epoch']:.1f}", f"{c['peak_mib']:.1f}",
+                      f"{c['time_ratio']:.2f}", f"{c['memory_ratio']:.2f}")
+    return table
