@@ -51,7 +51,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .distribution_tensor import DistributionTensor
 
-__all__ = ["GaussianWeight", "MODES", "ParticlesUnsupported", "variance_op"]
+__all__ = ["GaussianWeight", "MODES", "ParticlesUnsupported", "per_unit", "variance_op"]
 
 MODES = ("local", "flipout", "moments")
 
@@ -96,6 +96,11 @@ class GaussianWeight(DistributionTensor):
             self._sample = torch.addcmul(self.loc, self.scale, torch.randn_like(self.loc))
         return self._sample
 
+    def samples(self, n: int) -> torch.Tensor:
+        """``n`` independent weight samples, shape ``(n,) + shape`` (not cached)."""
+        noise = torch.randn((n,) + self.shape, dtype=self.dtype, device=self.device)
+        return torch.addcmul(self.loc, self.scale, noise)
+
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and variance (:attr:`variance`, possibly shared) of the weights."""
         return self.loc, self.variance
@@ -132,6 +137,12 @@ def _bias_moments(bias):
     return bias.moments() if isinstance(bias, GaussianWeight) else (bias, None)
 
 
+def per_unit(values: torch.Tensor, op, ndim: int) -> torch.Tensor:
+    """``values`` (one per output unit, or one shared) shaped to broadcast against an ``ndim``-dimensional output
+    of ``op``: units are the last dimension of ``F.linear``'s output and dimension 1 of ``F.convNd``'s."""
+    return values.reshape(-1) if op is F.linear else values.reshape((1, -1) + (1,) * (ndim - 2))
+
+
 def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest, **kwargs) -> torch.Tensor:
     r"""``op(a, var.expand(shape), None, *rest)`` for ``op`` = ``F.linear``/``F.convNd``, where ``var`` is a weight
     variance of ``shape`` or one shared per output unit or per layer (``(out, 1, ...)``, ``(1, ...)``).
@@ -143,37 +154,33 @@ def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest
     if var.shape == shape or var.shape[1:].numel() != 1 or groups != 1:
         return op(a, var.expand(shape), None, *rest, **kwargs)
     summed = op(a, a.new_ones((1,) + tuple(shape[1:])), None, *rest, **kwargs)
-    units = var.reshape(-1) if op is F.linear else var.reshape((1, -1) + (1,) * (summed.dim() - 2))
-    return summed * units
+    return summed * per_unit(var, op, summed.dim())
 
 
 def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     """Apply ``op(x, W, b, *rest)`` (``F.linear`` or ``F.convNd``) with a Gaussian ``W``."""
-    if weight.mode == "moments":  # VDP++: propagate mean and variance, see pyrobnn.moments
-        from .moments import affine_moments
+    from .moments import affine_moments  # imports this module
 
+    if weight.mode == "moments":  # VDP++: propagate mean and variance, see pyrobnn.moments
         return affine_moments(op, x, weight, bias, *rest, **kwargs)
-    bias_loc, bias_var = _bias_moments(bias)
     if weight.particles is not None and x.dim() > 2:
         return _particle_weights(op, x, weight, bias, *rest, **kwargs)
-    mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
-    if weight.mode == "local":
-        var = variance_op(op, x.square(), weight.variance, weight.shape, *rest, **kwargs)
-        if bias_var is not None:
-            var = var + (bias_var if op is F.linear else bias_var.view((-1,) + (1,) * (var.dim() - 2)))
-        std = var.clamp_min(1e-16).sqrt()
+    if weight.mode == "local":  # the pre-activations' moments are VDP's for a deterministic input
+        moments = affine_moments(op, x, weight, bias, *rest, **kwargs)
+        mean, std = moments.loc, moments.variance.clamp_min(1e-16).sqrt()
         if weight.particles is not None and x.shape[0] == weight.particles[0]:
             repeats = (weight.particles[1],) + (1,) * (mean.dim() - 1)
             mean, std = mean.repeat(repeats), std.repeat(repeats)
         return torch.addcmul(mean, std, torch.randn_like(mean))
     # flipout: one weight perturbation per batch, sign-flipped per example and unit.
+    bias_loc, bias_var = _bias_moments(bias)
+    mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
     delta = weight.scale * torch.randn_like(weight.scale)
     sign_in = _rademacher(x)
     perturbation = op(x * sign_in, delta, None, *rest, **kwargs)
     out = torch.addcmul(mean, perturbation, _rademacher(perturbation))
     if bias_var is not None:  # the bias is shared by the batch, like the weight perturbation
-        shape = (1, -1) + (1,) * (out.dim() - 2)
-        out = out + (bias_var.sqrt() * torch.randn_like(bias_loc)).view(shape)
+        out = out + per_unit(bias_var.sqrt() * torch.randn_like(bias_loc), op, out.dim())
     return out
 
 
@@ -183,10 +190,8 @@ def _particle_weights(op, x, weight: GaussianWeight, bias, *rest, **kwargs):
     stacked channels, or a batched matrix product. Sampling pre-activations there would make every
     position independent, which weight sharing does not."""
     batch, particles = weight.particles
-    w = torch.addcmul(weight.loc, weight.scale, torch.randn((particles,) + weight.shape, dtype=weight.dtype,
-                                                            device=weight.device))
-    b = bias.loc + bias.scale * torch.randn((particles,) + bias.shape, dtype=bias.dtype, device=bias.device) \
-        if isinstance(bias, GaussianWeight) else bias
+    w = weight.samples(particles)
+    b = bias.samples(particles) if isinstance(bias, GaussianWeight) else bias
     if x.shape[0] == batch:  # the first Bayesian layer: the same input for every particle
         x = x.expand((particles,) + x.shape)
     else:

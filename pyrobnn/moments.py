@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .distribution_tensor import DistributionTensor
-from .gaussian_weight import GaussianWeight, variance_op
+from .gaussian_weight import GaussianWeight, per_unit, variance_op
 
 __all__ = ["Moments", "affine_moments"]
 
@@ -94,8 +94,7 @@ def affine_moments(op, x, weight, bias=None, *rest, **kwargs):
         second = mean_x.square() if var_x is None else var_x + mean_x.square()
         terms.append(variance_op(op, second, var_w, mean_w.shape, *rest, **kwargs))
     if var_b is not None:
-        terms.append(var_b.view((1, -1) + (1,) * (mean.dim() - 2)) if mean.dim() > 2 and op is not F.linear
-                     else var_b)
+        terms.append(per_unit(var_b, op, mean.dim()))
     var = None if not terms else sum(terms[1:], terms[0]).expand_as(mean)
     return _wrap(mean, var)
 
