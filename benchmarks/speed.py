@@ -6,7 +6,7 @@ methods are timed in interleaved rounds (each round times every method for
 affects all of them alike. Methods:
 
 - ``det``: plain PyTorch, cross-entropy, the same Adam as the training loop
-  (:func:`pyrobnn.train.make_optimizer`: fused where supported);
+  (:func:`pyrobnn.cost.training_step`; :func:`pyrobnn.train.make_optimizer`: fused where supported);
 - ``bbb``: pyrobnn ``NormalGuide`` with a Gaussian N(0, 1) prior (analytic KL), one
   sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step);
 - ``bbb_mixture``: the same with Blundell's scale-mixture prior (Monte-Carlo KL);
@@ -23,21 +23,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
-import time
 
 import pyro
 import torch
-import torch.nn.functional as F
 
-from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide, ScaleMixturePrior
+from pyrobnn import BayesianNetwork, GaussianPrior, ScaleMixturePrior
+from pyrobnn.cost import time_steps, training_step
 from pyrobnn.models import MLP
-from pyrobnn.train import make_optimizer, svi_step
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def steppers(device, hidden=400, batch=128, num_data=60000):
@@ -45,22 +37,7 @@ def steppers(device, hidden=400, batch=128, num_data=60000):
     torch.manual_seed(0)
     x = torch.rand(batch, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
-    net = MLP(784, (hidden,), 10).to(device)
-
-    det = copy.deepcopy(net)
-    det_opt = make_optimizer(det.parameters())
-
-    def det_step():
-        loss = F.cross_entropy(det(x), y)
-        det_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        det_opt.step()
-
-    def bbb(prior):
-        model = BayesianNetwork(copy.deepcopy(net), prior=prior, num_data=num_data).to(device)
-        guide = NormalGuide(model).to(device)
-        opt = make_optimizer(guide.parameters())
-        return lambda: svi_step(model, guide, opt, x, y)
+    net = MLP(784, (hidden,), 10)
 
     pyro.clear_param_store()
     auto_model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=num_data).to(device)
@@ -68,30 +45,18 @@ def steppers(device, hidden=400, batch=128, num_data=60000):
     svi = pyro.infer.SVI(auto_model, auto_guide, pyro.optim.Adam({"lr": 1e-3}), pyro.infer.TraceMeanField_ELBO())
 
     return {
-        "det": det_step,
-        "bbb": bbb(GaussianPrior()),
-        "bbb_mixture": bbb(ScaleMixturePrior()),
+        "det": training_step(net, x, y, "det"),
+        "bbb": training_step(net, x, y, "sample", num_data=num_data, prior=GaussianPrior()),
+        "bbb_mixture": training_step(net, x, y, "sample", num_data=num_data, prior=ScaleMixturePrior()),
         "autonormal": lambda: svi.step(x, y),
     }
 
 
 def measure(device, rounds: int, steps: int) -> dict[str, float]:
     """Median ms/step of each method over interleaved rounds."""
-    methods = steppers(device)
-    times = {name: [] for name in methods}
     with pyro.validation_enabled(False):
-        for step in methods.values():  # warm-up
-            for _ in range(5):
-                step()
-        for _ in range(rounds):
-            for name, step in methods.items():
-                _sync(device)
-                tick = time.perf_counter()
-                for _ in range(steps):
-                    step()
-                _sync(device)
-                times[name].append((time.perf_counter() - tick) / steps * 1e3)
-    ms = {f"{name}_ms": round(statistics.median(t), 3) for name, t in times.items()}
+        times = time_steps(steppers(device), rounds=rounds, repeats=steps, warmup=5, device=device)
+    ms = {f"{name}_ms": round(t, 3) for name, t in times.items()}
     ms["ratio"] = round(ms["bbb_ms"] / ms["det_ms"], 2)
     ms["mixture_ratio"] = round(ms["bbb_mixture_ms"] / ms["det_ms"], 2)
     ms["autonormal_ratio"] = round(ms["autonormal_ms"] / ms["det_ms"], 2)

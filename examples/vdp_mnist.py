@@ -28,7 +28,6 @@ import json
 from pathlib import Path
 
 import pyro
-import torch
 from rich.console import Console
 from rich.table import Table
 

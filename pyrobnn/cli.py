@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-import torch
 from rich.console import Console
 from rich.table import Table
 

@@ -99,10 +99,10 @@ def time_steps(steps: dict[str, Callable[[], object]], rounds: int = 5, repeats:
 
 
 def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method: str = "det",
-                  share: str = "weight", num_data: int = 60000) -> Callable[[], object]:
+                  share: str = "weight", num_data: int = 60000, prior=None) -> Callable[[], object]:
     """A closure performing one Adam step on ``(x, y)`` with a copy of ``net``: ``"det"`` plain PyTorch
     cross-entropy; an estimator name (``"sample"`` Bayes by Backprop, ``"local"``, ``"flipout"``,
-    ``"vdp"``) the network as a :class:`~pyrobnn.BayesianNetwork` with a Gaussian prior and a
+    ``"vdp"``) the network as a :class:`~pyrobnn.BayesianNetwork` with ``prior`` (default N(0, 1)) and a
     :class:`~pyrobnn.NormalGuide` (``share``: one variance per weight or per output unit)."""
     import copy
 
@@ -126,7 +126,7 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
         return step
     if method not in ESTIMATORS:
         raise ValueError(f"method must be 'det' or an estimator {ESTIMATORS}, got {method!r}")
-    model = BayesianNetwork(net, Categorical(vdp_objective="cross_entropy"), num_data=num_data).to(x.device)
+    model = BayesianNetwork(net, Categorical(vdp_objective="cross_entropy"), prior=prior, num_data=num_data).to(x.device)
     guide = NormalGuide(model, share=share).to(x.device)
     optim = make_optimizer(guide.parameters())
     return lambda: svi_step(model, guide, optim, x, y, estimator=method)

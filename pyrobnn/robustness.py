@@ -26,6 +26,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .checks import finite, positive_int
 from .device import device_of
 from .predict import predict_moments, prediction_mode, predictive_outputs
 
@@ -37,18 +38,6 @@ Predictor = Callable[[torch.Tensor], Tuple[torch.Tensor, Optional[torch.Tensor]]
 PAPER_SNR_DB = (-6, -3, 0, 3, 6, 10, 20, 30)
 
 
-def _finite(name: str, value) -> float:
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number (dB), got {value!r}")
-    return float(value)
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def add_noise(x: torch.Tensor, snr_db: float, generator: torch.Generator | None = None) -> torch.Tensor:
     r"""``x`` plus zero-mean Gaussian noise at ``snr_db`` dB per example (dimension 0).
 
@@ -56,7 +45,7 @@ def add_noise(x: torch.Tensor, snr_db: float, generator: torch.Generator | None 
     example's elements. No clipping. The noise is drawn on ``generator``'s device (CPU by
     default) and moved to ``x``'s, so a seeded CPU generator gives the same noise on any device.
     """
-    snr_db = _finite("snr_db", snr_db)
+    snr_db = finite("snr_db", snr_db, "dB")
     if not (torch.is_tensor(x) and x.is_floating_point() and x.dim() >= 2 and x.shape[0] > 0):
         raise ValueError("x must be a non-empty floating-point tensor of shape (batch, ...), got "
                          + (f"{x.dtype} of shape {tuple(x.shape)}" if torch.is_tensor(x) else repr(type(x))))
@@ -69,7 +58,7 @@ def add_noise(x: torch.Tensor, snr_db: float, generator: torch.Generator | None 
 
 def deterministic_predictor(net: nn.Module, batch_size: int = 1000) -> Predictor:
     """Softmax of a plain network's outputs (eval mode, no gradients); the variance is ``None``."""
-    batch_size = _positive_int("batch_size", batch_size)
+    batch_size = positive_int("batch_size", batch_size)
 
     @torch.no_grad()
     def predictor(x):
@@ -128,8 +117,8 @@ def noise_robustness(predictor: Predictor, x: torch.Tensor, y: torch.Tensor,
     levels = [snr_db] if isinstance(snr_db, (int, float)) else list(snr_db)
     if not levels:
         raise ValueError("snr_db must be a non-empty sequence of finite numbers (dB)")
-    levels = [_finite("snr_db", level) for level in levels]
-    batch_size = _positive_int("batch_size", batch_size)
+    levels = [finite("snr_db", level, "dB") for level in levels]
+    batch_size = positive_int("batch_size", batch_size)
     if not (torch.is_tensor(x) and torch.is_tensor(y) and y.dim() == 1 and len(y) == len(x)):
         raise ValueError("y must be a 1-d tensor of class labels, one per example of x")
     rows = []

@@ -31,9 +31,9 @@ from typing import Callable, Optional
 import pyro
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from torch import nn
 
-from .device import device_of, resolve_device
+from .checks import positive_int
+from .device import resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp
@@ -120,12 +120,6 @@ def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: f
     return cls(params, lr=lr, weight_decay=weight_decay, **options)
 
 
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
     """Shape and label checks done once on the whole dataset, not on every step."""
     if x.shape[0] != y.shape[0]:
@@ -196,9 +190,9 @@ def fit(
     :returns: the :class:`History` of per-epoch records.
     :raises TrainingDiverged: when the loss becomes NaN/inf (the checkpoint keeps the last good epoch).
     """
-    epochs = _check_positive_int("epochs", epochs)
-    batch_size = _check_positive_int("batch_size", batch_size)
-    num_particles = _check_positive_int("num_particles", num_particles)
+    epochs = positive_int("epochs", epochs)
+    batch_size = positive_int("batch_size", batch_size)
+    num_particles = positive_int("num_particles", num_particles)
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr (learning rate) must be a finite number > 0, got {lr!r}")
     if not isinstance(lr_step, int) or lr_step < 0:

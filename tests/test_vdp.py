@@ -126,18 +126,24 @@ def test_an_operation_without_a_rule_names_itself():
         torch.cumsum(Moments(torch.zeros(3), torch.ones(3)), 0)
 
 
-def test_lenet_under_vdp_matches_weight_sampling():
-    """The same network and guide: one deterministic pass vs Monte-Carlo weight sampling, small sigma."""
-    pyro.set_rng_seed(0)
-    model = BayesianNetwork(LeNet5(1, 10))
-    guide = NormalGuide(model, init_rho=-6.0)
-    x = torch.rand(4, 1, 28, 28)
+def _vdp_and_monte_carlo(model, guide, x, num_samples):
+    """The network's output moments in one pass under ``vdp``, and ``num_samples`` weight-sampled outputs."""
+    from pyrobnn.predict import predictive_outputs
+
     with torch.no_grad():
         with vdp():
             out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-        from pyrobnn.predict import predictive_outputs
+        return out, predictive_outputs(model, guide, x, num_samples=num_samples, vectorized=False)
 
-        samples = predictive_outputs(model, guide, x, num_samples=2000, vectorized=False)
+
+@pytest.mark.parametrize("share", ["weight", "row"])
+def test_lenet_under_vdp_matches_weight_sampling(share):
+    """The same network and guide: one deterministic pass vs Monte-Carlo weight sampling, small sigma,
+    with one variance per weight or per output unit (eq. 12)."""
+    pyro.set_rng_seed(0)
+    model = BayesianNetwork(LeNet5(1, 10))
+    guide = NormalGuide(model, init_rho=-6.0, share=share)
+    out, samples = _vdp_and_monte_carlo(model, guide, torch.rand(4, 1, 28, 28), 2000)
     assert torch.allclose(out.loc, samples.mean(0), atol=5e-3)
     ratio = out.variance / samples.var(0)
     assert ratio.median().sub(1).abs() < 0.2, f"output variance ratio VDP / MC: median {ratio.median():.2f}"
@@ -261,21 +267,6 @@ def test_per_unit_variance_guide_has_the_kl_of_equation_12():
     assert torch.allclose(torch.as_tensor(kl, dtype=torch.float32), expected.detach(), rtol=1e-5)
 
 
-def test_lenet_with_per_unit_variances_under_vdp_matches_weight_sampling():
-    pyro.set_rng_seed(0)
-    model = BayesianNetwork(LeNet5(1, 10))
-    guide = NormalGuide(model, init_rho=-6.0, share="row")
-    x = torch.rand(4, 1, 28, 28)
-    with torch.no_grad():
-        with vdp():
-            out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-        from pyrobnn.predict import predictive_outputs
-
-        samples = predictive_outputs(model, guide, x, num_samples=2000, vectorized=False)
-    ratio = out.variance / samples.var(0)
-    assert ratio.median().sub(1).abs() < 0.2, f"output variance ratio VDP / MC: median {ratio.median():.2f}"
-
-
 def test_products_means_and_shape_rules_are_exact():
     """Elementwise and matrix products of independent Gaussians, scaling, the mean over a dimension,
     transposes and indexing: exact first and second moments."""
@@ -323,16 +314,11 @@ def test_vision_transformer_under_vdp_matches_weight_sampling():
     the moment pass against Monte Carlo. Tokens share weights, so their errors are correlated and the
     diagonal propagation underestimates the pooled variance: documented, checked to within a factor 5."""
     from pyrobnn.models import ViT
-    from pyrobnn.predict import predictive_outputs
 
     pyro.set_rng_seed(0)
     model = BayesianNetwork(ViT(dim=16, depth=1, heads=2, mlp_dim=32))
     guide = NormalGuide(model, init_rho=-6.0)
-    x = torch.rand(3, 1, 28, 28)
-    with torch.no_grad():
-        with vdp():
-            out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-        samples = predictive_outputs(model, guide, x, num_samples=500, vectorized=False)
+    out, samples = _vdp_and_monte_carlo(model, guide, torch.rand(3, 1, 28, 28), 500)
     assert torch.allclose(out.loc, samples.mean(0), atol=5e-3)
     ratio = out.variance / samples.var(0)
     assert 0.2 < ratio.median() < 1.5, f"output variance ratio VDP / MC: median {ratio.median():.2f}"

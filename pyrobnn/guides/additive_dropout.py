@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..log_uniform import DropoutNormal
-from .base import InitLoc, SiteGuide, finite
+from ..checks import finite
+from .base import InitLoc, SiteGuide
 
 __all__ = ["AdditiveDropoutGuide"]
 

@@ -13,7 +13,6 @@ pass (the model's), not two.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Union
 
 import pyro
@@ -41,13 +40,6 @@ def shared_shape(shape: torch.Size, share: str) -> torch.Size:
     if share == "row":
         return torch.Size(shape[:1] + (1,) * (len(shape) - 1))
     return torch.Size(())
-
-
-def finite(name: str, value) -> float:
-    """``value`` as a float, or a ``ValueError`` naming the argument when it is not a finite number."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def _initial_loc(site: Site, init_loc: InitLoc) -> torch.Tensor:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from .base import InitLoc, SiteGuide, finite, shared_shape
+from ..checks import finite
+from .base import InitLoc, SiteGuide, shared_shape
 
 __all__ = ["NormalGuide"]
 
