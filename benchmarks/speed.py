@@ -11,7 +11,11 @@ affects all of them alike. Methods:
   sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step);
 - ``bbb_mixture``: the same with Blundell's scale-mixture prior (Monte-Carlo KL);
 - ``autonormal``: Pyro's stock ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``
-  on the same model, for reference.
+  on the same model, for reference;
+- ``torch_bbb``: the floor of the method, no Pyro: the same Bayes-by-Backprop step written by hand
+  in plain PyTorch (softplus scales, one weight sample, closed-form Gaussian KL, fused Adam);
+- ``weight_noise``: drawing the N(0, 1) noise of one weight sample alone (``torch.randn`` for every
+  weight), the part of a weight-sampling step no implementation avoids.
 
 The last line is one JSON object; its top level holds the CPU figures
 ``{"det_ms", "bbb_ms", "ratio", ...}`` (ratio = bbb_ms / det_ms), and ``"cuda"``
@@ -29,6 +33,7 @@ import torch
 
 from pyrobnn import BayesianNetwork, GaussianPrior, ScaleMixturePrior
 from pyrobnn.cost import time_steps, training_step
+from pyrobnn.train import make_optimizer
 from pyrobnn.models import MLP
 
 
@@ -46,10 +51,35 @@ def steppers(device, hidden=400, batch=128, num_data=60000):
 
     return {
         "det": training_step(net, x, y, "det"),
+        "torch_bbb": _torch_bbb_step(net, x, y, num_data),
+        "weight_noise": lambda: [torch.randn(p.shape, device=device) for p in net.parameters()],
         "bbb": training_step(net, x, y, "sample", num_data=num_data, prior=GaussianPrior()),
         "bbb_mixture": training_step(net, x, y, "sample", num_data=num_data, prior=ScaleMixturePrior()),
         "autonormal": lambda: svi.step(x, y),
     }
+
+
+def _torch_bbb_step(net, x, y, num_data):
+    """Bayes by Backprop by hand, without Pyro: w = mu + softplus(rho) * eps, loss = N * mean NLL + KL(q || N(0, 1))."""
+    net = copy.deepcopy(net).to(x.device)
+    mus = [p.detach().clone().requires_grad_() for p in net.parameters()]
+    rhos = [torch.full_like(p, -5.0).requires_grad_() for p in mus]
+    optim = make_optimizer(mus + rhos)
+    names = [name for name, _ in net.named_parameters()]
+
+    def step():
+        weights, kl = {}, 0.0
+        for name, mu, rho in zip(names, mus, rhos):
+            sigma = torch.nn.functional.softplus(rho)
+            weights[name] = mu + sigma * torch.randn_like(mu)
+            kl = kl + 0.5 * (sigma.square().sum() + mu.square().sum()) - sigma.log().sum()
+        logits = torch.func.functional_call(net, weights, (x,))
+        loss = torch.nn.functional.cross_entropy(logits, y) * num_data + kl
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+
+    return step
 
 
 def measure(device, rounds: int, steps: int) -> dict[str, float]:
@@ -60,6 +90,8 @@ def measure(device, rounds: int, steps: int) -> dict[str, float]:
     ms["ratio"] = round(ms["bbb_ms"] / ms["det_ms"], 2)
     ms["mixture_ratio"] = round(ms["bbb_mixture_ms"] / ms["det_ms"], 2)
     ms["autonormal_ratio"] = round(ms["autonormal_ms"] / ms["det_ms"], 2)
+    ms["torch_bbb_ratio"] = round(ms["torch_bbb_ms"] / ms["det_ms"], 2)
+    ms["weight_noise_ratio"] = round(ms["weight_noise_ms"] / ms["det_ms"], 2)
     return ms
 
 
@@ -79,13 +111,15 @@ def main():
 
     table = Table(title="ms per training step, 784-400-10 MLP, batch 128 (median of interleaved rounds)")
     table.add_column("device")
-    for name in ("det", "bbb", "bbb_mixture", "autonormal"):
+    columns = ("det", "bbb", "bbb_mixture", "autonormal", "torch_bbb", "weight_noise")
+    for name in columns:
         table.add_column(name, justify="right")
     table.add_column("bbb / det", justify="right")
+    table.add_column("torch_bbb / det", justify="right")
     for device, figures in (("cpu", result), ("cuda", result.get("cuda"))):
         if figures:
-            table.add_row(device, *(f"{figures[f'{n}_ms']:.2f}" for n in ("det", "bbb", "bbb_mixture", "autonormal")),
-                          f"{figures['ratio']:.2f}x")
+            table.add_row(device, *(f"{figures[f'{n}_ms']:.2f}" for n in columns),
+                          f"{figures['ratio']:.2f}x", f"{figures['torch_bbb_ratio']:.2f}x")
     Console().print(table)
     print(json.dumps(result))
 

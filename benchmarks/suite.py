@@ -168,18 +168,23 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--no-memory", action="store_true", help="skip the per-method memory subprocesses")
+    parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), default=None,
+                        help="devices to measure (default: cpu, and cuda when present)")
     args = parser.parse_args()
+    devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    if "cuda" in devices and not torch.cuda.is_available():
+        parser.error("--devices cuda: no CUDA device is available here")
     torch.set_num_threads(args.threads)
-    result = {"threads": args.threads, "cpu": run_device(torch.device("cpu"), args)}
-    print_table("cpu", result["cpu"])
-    if torch.cuda.is_available():
-        result["cuda"] = run_device(torch.device("cuda"), args)
-        print_table("cuda", result["cuda"])
-    headline = result["cpu"]["mlp400"]
-    for key in ("bbb", "local_reparam", "flipout", "bt_reparam", "bt_flipout", "autonormal"):
-        if f"{key}_ratio" in headline:
-            result[f"{key}_ratio"] = headline[f"{key}_ratio"]
-    result["predict_speedup"] = result["cpu"]["predict_speedup"]
+    result = {"threads": args.threads}
+    for device in devices:
+        result[device] = run_device(torch.device(device), args)
+        print_table(device, result[device])
+    if "cpu" in result:
+        headline = result["cpu"]["mlp400"]
+        for key in ("bbb", "local_reparam", "flipout", "bt_reparam", "bt_flipout", "autonormal"):
+            if f"{key}_ratio" in headline:
+                result[f"{key}_ratio"] = headline[f"{key}_ratio"]
+        result["predict_speedup"] = result["cpu"]["predict_speedup"]
     print(json.dumps(result))
 
 

@@ -3,7 +3,7 @@
 from .bayesian import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
 from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
-from .handlers import flipout, kl_annealing, local_reparameterization, vdp
+from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
 from .log_uniform import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
@@ -19,6 +19,7 @@ __all__ = [
     "flipout",
     "local_reparameterization",
     "vdp",
+    "weight_sampling",
     "Categorical",
     "Gaussian",
     "GaussianPrior",

@@ -22,11 +22,12 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
+    """Restore :func:`rng_state`; its tensors may have been loaded onto a GPU (``map_location``)."""
+    torch.set_rng_state(state["torch"].cpu())
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:

@@ -102,9 +102,9 @@ class RunConfig:
     lr_gamma: float = 0.5
     """Learning-rate decay factor."""
     particles: int = 1
-    """Posterior samples per training step (num_particles)."""
+    """Posterior samples per training step (num_particles), drawn in one batched pass."""
     estimator: Literal["sample", "local", "flipout", "vdp"] = "sample"
-    """Gradient estimator: sample (weights), local (local reparameterization, particles in one pass), flipout,
+    """Gradient estimator: sample (weights), local (local reparameterization), flipout,
     vdp (VDP++ moment propagation: deterministic training and prediction)."""
     samples: int = 100
     """Monte-Carlo samples for test predictions."""

@@ -7,7 +7,8 @@ where s is each site's scale: N/B for the data (``pyro.plate`` subsampling),
 β for the weights (:func:`pyrobnn.handlers.kl_annealing`). The KL is analytic
 wherever ``torch.distributions.kl_divergence`` knows the pair (``register_kl``
 adds more) and the single-sample estimate ``log q(w) - log p(w)`` otherwise
-(e.g. the scale-mixture prior). Unlike ``TraceMeanField_ELBO`` it evaluates a
+(e.g. the scale-mixture prior), averaged over the particles' weight samples when
+the handlers draw S of them in one pass. Unlike ``TraceMeanField_ELBO`` it evaluates a
 prior's log-density only when no closed form exists, and reports the data and
 KL terms separately for logging.
 """
@@ -23,6 +24,8 @@ from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
+from .gaussian_weight import GaussianWeight
+
 __all__ = ["MeanFieldELBO", "ELBOTerms"]
 
 
@@ -36,8 +39,11 @@ def _site_kl(guide_site, model_site) -> torch.Tensor:
     q, p = guide_site["fn"], model_site["fn"]
     try:
         return kl_divergence(q, p)
-    except NotImplementedError:
+    except NotImplementedError:  # torch's "no closed form for this pair": estimate by Monte Carlo
         value = guide_site["value"]
+        if isinstance(value, GaussianWeight) and value.particles is not None:  # S particles in one pass
+            draws = value.particle_samples()
+            return (q.log_prob(draws) - p.log_prob(draws)).mean(0)
         return q.log_prob(value) - p.log_prob(value)
 
 

@@ -10,6 +10,8 @@ protocol (no global patching; it only affects calls that receive such a
 tensor, so it is thread-safe and nests), decides how ``F.linear`` and
 ``F.conv1d/2d/3d`` use it:
 
+- ``"sample"`` (Bayes by Backprop): one weight sample :math:`w = \mu + \sigma \odot \epsilon` for the
+  batch, as without a handler; this mode exists for its vectorized particles (below);
 - ``"local"`` (Kingma et al. 2015, local reparameterization): the
   pre-activation is sampled directly,
   :math:`b \sim \mathcal N(F(x, \mu_W) + \mu_b,\; F(x^2, \sigma_W^2) + \sigma_b^2)`,
@@ -23,16 +25,19 @@ Both have the marginal mean and variance of weight sampling for each example.
   layer returns a :class:`~pyrobnn.moments.Moments` tensor with the mean and variance of
   its pre-activations, which later layers propagate.
 
-Vectorized Monte Carlo: a local-mode weight may carry ``particles = (B, S)``.
+Vectorized Monte Carlo: a weight may carry ``particles = (B, S)``.
 The first such layer that receives the B-row input makes S particles of it,
 so its output has S·B rows (particle-major), and every later layer sees a
-batch of S·B. A Linear layer on one row per example samples its
-pre-activations (local reparameterization, exact per example); a layer whose
+batch of S·B. In ``"sample"`` mode every layer draws S weight samples
+(:meth:`GaussianWeight.particle_samples`, drawn once per site) and applies them
+in one batched call: a batched matrix product, or a grouped convolution over the
+particles' stacked channels. In ``"local"`` mode a Linear layer on one row per
+example samples its pre-activations (exact per example), while a layer whose
 input has several rows per example (a convolution, a linear map of tokens)
-draws S weight samples and applies them in one grouped call, because
-per-position pre-activation noise would ignore that positions share weights.
-Per example this is exactly S independent draws of the network under
-:math:`q(w)`, in one pass. (Without particles, local reparameterization of a
+uses S weight samples as above, because per-position pre-activation noise would
+ignore that positions share weights. In ``"flipout"`` mode particle s has its own
+perturbation :math:`\Delta W_s` and signs. Either way each particle is an
+independent draw of the network under :math:`q(w)`, all in one pass. (Without particles, local reparameterization of a
 convolution samples every position independently: the usual approximation of
 Kingma et al. 2015 and Molchanov et al. 2017 for training.)
 Any other operation on a ``GaussianWeight`` (a layer without a rule, a
@@ -53,7 +58,7 @@ from .distribution_tensor import DistributionTensor
 
 __all__ = ["GaussianWeight", "MODES", "ParticlesUnsupported", "per_unit", "variance_op"]
 
-MODES = ("local", "flipout", "moments")
+MODES = ("sample", "local", "flipout", "moments")
 
 class ParticlesUnsupported(RuntimeError):
     """A network uses a Bayesian parameter outside a Linear/Conv layer under vectorized particles."""
@@ -78,7 +83,7 @@ class GaussianWeight(DistributionTensor):
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self = cls.wrap(loc)
         self.loc, self.scale, self.mode, self.particles = loc, scale.expand_as(loc), mode, particles
-        self._sample = None
+        self._sample = self._particle_samples = None
         return self
 
     @property
@@ -100,6 +105,15 @@ class GaussianWeight(DistributionTensor):
         """``n`` independent weight samples, shape ``(n,) + shape`` (not cached)."""
         noise = torch.randn((n,) + self.shape, dtype=self.dtype, device=self.device)
         return torch.addcmul(self.loc, self.scale, noise)
+
+    def particle_samples(self) -> torch.Tensor:
+        """One weight sample per particle, shape ``(S,) + shape``, drawn once and reused (by the layer
+        and by a Monte-Carlo KL, so both score the same draws)."""
+        if self.particles is None:
+            raise ValueError("particle_samples() needs a GaussianWeight built with particles=(B, S)")
+        if self._particle_samples is None:
+            self._particle_samples = self.samples(self.particles[1])
+        return self._particle_samples
 
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and variance (:attr:`variance`, possibly shared) of the weights."""
@@ -163,8 +177,10 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
 
     if weight.mode == "moments":  # VDP++: propagate mean and variance, see pyrobnn.moments
         return affine_moments(op, x, weight, bias, *rest, **kwargs)
-    if weight.particles is not None and x.dim() > 2:
+    if weight.particles is not None and (weight.mode == "sample" or x.dim() > 2):
         return _particle_weights(op, x, weight, bias, *rest, **kwargs)
+    if weight.mode == "sample":
+        return op(x, weight.sample(), _as_sample(bias), *rest, **kwargs)
     if weight.mode == "local":  # the pre-activations' moments are VDP's for a deterministic input
         moments = affine_moments(op, x, weight, bias, *rest, **kwargs)
         mean, std = moments.loc, moments.variance.clamp_min(1e-16).sqrt()
@@ -172,26 +188,37 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
             repeats = (weight.particles[1],) + (1,) * (mean.dim() - 1)
             mean, std = mean.repeat(repeats), std.repeat(repeats)
         return torch.addcmul(mean, std, torch.randn_like(mean))
-    # flipout: one weight perturbation per batch, sign-flipped per example and unit.
+    # flipout: one weight perturbation per batch (per particle), sign-flipped per example and unit.
     bias_loc, bias_var = _bias_moments(bias)
+    particles = weight.particles[1] if weight.particles is not None else 1
     mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
-    delta = weight.scale * torch.randn_like(weight.scale)
-    sign_in = _rademacher(x)
-    perturbation = op(x * sign_in, delta, None, *rest, **kwargs)
+    if particles > 1 and x.shape[0] == weight.particles[0]:  # the first layer: S copies of the input
+        x, mean = (v.repeat((particles,) + (1,) * (v.dim() - 1)) for v in (x, mean))
+    delta = weight.scale * torch.randn((particles,) + weight.shape, dtype=weight.dtype, device=weight.device)
+    if particles == 1:
+        perturbation = op(x * _rademacher(x), delta[0], None, *rest, **kwargs)
+    else:
+        perturbation = _per_particle(op, x * _rademacher(x), delta, None, weight.particles, *rest, **kwargs)
     out = torch.addcmul(mean, perturbation, _rademacher(perturbation))
-    if bias_var is not None:  # the bias is shared by the batch, like the weight perturbation
-        out = out + per_unit(bias_var.sqrt() * torch.randn_like(bias_loc), op, out.dim())
+    if bias_var is not None:  # the bias is shared by the batch (per particle), like the weight perturbation
+        noise = bias_var.sqrt() * torch.randn((particles,) + bias_loc.shape, dtype=out.dtype, device=out.device)
+        unit = per_unit(bias_loc, op, out.dim()).shape
+        noise = noise.view((particles,) + (1,) * (out.dim() - len(unit)) + unit)
+        out = (out.view((particles, -1) + out.shape[1:]) + noise).flatten(0, 1)
     return out
 
 
 def _particle_weights(op, x, weight: GaussianWeight, bias, *rest, **kwargs):
-    """S particles of a layer whose input has several rows per example (a convolution, a linear map of
-    tokens), with S weight samples applied in one call: a grouped convolution over the particles'
-    stacked channels, or a batched matrix product. Sampling pre-activations there would make every
-    position independent, which weight sharing does not."""
-    batch, particles = weight.particles
-    w = weight.samples(particles)
-    b = bias.samples(particles) if isinstance(bias, GaussianWeight) else bias
+    """S particles of a layer, each with its own weight sample (:meth:`GaussianWeight.particle_samples`)."""
+    b = bias.particle_samples() if isinstance(bias, GaussianWeight) else bias
+    return _per_particle(op, x, weight.particle_samples(), b, weight.particles, *rest, **kwargs)
+
+
+def _per_particle(op, x, w: torch.Tensor, b, particles: tuple[int, int], *rest, **kwargs):
+    """``op(x_s, w[s], b_s)`` for every particle s in one call: a batched matrix product, or a grouped
+    convolution over the particles' stacked channels. ``x`` has B rows (the same input for every
+    particle) or S·B (particle-major); ``b`` is ``(S, out)``, one shared ``(out,)`` or None."""
+    batch, particles = particles
     if x.shape[0] == batch:  # the first Bayesian layer: the same input for every particle
         x = x.expand((particles,) + x.shape)
     else:
@@ -199,7 +226,7 @@ def _particle_weights(op, x, weight: GaussianWeight, bias, *rest, **kwargs):
     if op is F.linear:  # (S, B, ..., in) @ (S, 1, in, out)
         w = w.transpose(-1, -2).view((particles,) + (1,) * (x.dim() - 3) + w.shape[-1:] + w.shape[-2:-1])
         out = torch.matmul(x, w)
-        return (out if b is None else out + b.view((particles,) + (1,) * (out.dim() - 2) + b.shape[-1:])).flatten(0, 1)
+        return (out if b is None else out + b.view((-1,) + (1,) * (out.dim() - 2) + b.shape[-1:])).flatten(0, 1)
     options = dict(zip(("stride", "padding", "dilation", "groups"), rest), **kwargs)
     groups = options.pop("groups", 1)
     stacked = x.transpose(0, 1).flatten(1, 2)  # (B, S*C, ...)

@@ -86,7 +86,7 @@ class BayesianNetwork(PyroModule):
                 f"input x of shape {tuple(x.shape)} does not fit the network: {error}"
             ) from error
         if y is not None and output.shape[0] != y.shape[0] and output.shape[0] % y.shape[0] == 0:
-            # S particles vectorized by local_reparameterization(num_particles=S): S·B rows, particle-major
+            # S particles vectorized by a handler (e.g. weight_sampling(num_particles=S)): S·B rows, particle-major
             y = y.repeat((output.shape[0] // y.shape[0],) + (1,) * (y.dim() - 1))
         self.likelihood(output, y, self.num_data)
         return output

@@ -36,7 +36,8 @@ from .checks import positive_int
 from .device import resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
-from .handlers import flipout, kl_annealing, local_reparameterization, vdp
+from .gaussian_weight import ParticlesUnsupported
+from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
 from .predict import evaluate, predictive_outputs
 from .prune import principled_masks, sparsity
 from .schedules import Constant
@@ -68,21 +69,23 @@ and VDP++ moment propagation (deterministic, no particles)."""
 
 
 def estimator_handler(estimator: str, num_particles: int, batch_size: int):
-    """The handler that makes ``estimator`` and the number of particles the ELBO must loop itself.
+    """The handler that makes ``estimator``, all ``num_particles`` particles in one pass.
 
-    ``"sample"`` draws weights (the ELBO loops over particles); ``"local"`` samples
-    pre-activations with all particles in one pass; ``"flipout"`` shares one perturbation per
-    batch with per-example signs (the ELBO loops over particles); ``"vdp"`` propagates means and
-    variances instead of sampling (VDP++, paper 002; the likelihood scores the output moments).
+    ``"sample"`` draws weights (:func:`~pyrobnn.handlers.weight_sampling`); ``"local"`` samples
+    pre-activations (:func:`~pyrobnn.handlers.local_reparameterization`); ``"flipout"`` shares one
+    perturbation per batch and particle, with per-example signs (:func:`~pyrobnn.handlers.flipout`);
+    ``"vdp"`` propagates means and variances instead of sampling (VDP++, paper 002; the likelihood
+    scores the output moments, so it has no particles).
     """
-    if estimator == "sample":
-        return contextlib.nullcontext(), num_particles
+    if estimator == "sample":  # one particle needs no handler: the guide's sample is the weight
+        return weight_sampling(num_particles=num_particles, batch_size=batch_size) if num_particles > 1 \
+            else contextlib.nullcontext()
     if estimator == "local":
-        return local_reparameterization(num_particles=num_particles, batch_size=batch_size), 1
+        return local_reparameterization(num_particles=num_particles, batch_size=batch_size)
     if estimator == "flipout":
-        return flipout(), num_particles
+        return flipout(num_particles=num_particles, batch_size=batch_size)
     if estimator == "vdp":
-        return vdp(), 1
+        return vdp()
     raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
 
 
@@ -91,13 +94,18 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     """One gradient step on the β-annealed negative ELBO of a minibatch; returns its :class:`~pyrobnn.elbo.ELBOTerms`.
 
     ``estimator`` and ``num_particles`` choose the Monte-Carlo estimator (see :func:`estimator_handler`);
-    an explicit ``elbo`` keeps its own ``num_particles``. The update is skipped (and the terms
-    returned) when the loss is not finite.
+    the particles run in one vectorized pass, or in a loop when the network uses a Bayesian
+    parameter outside a Linear/Conv layer. An explicit ``elbo`` keeps its own (looped) ``num_particles``.
+    The update is skipped (and the terms returned) when the loss is not finite.
     """
-    handler, looped = estimator_handler(estimator, num_particles, x.shape[0])
-    elbo = elbo if elbo is not None else MeanFieldELBO(num_particles=looped)
-    with kl_annealing(beta=beta), handler:
-        terms = elbo.terms(model, guide, x, y)
+    particles = 1 if elbo is not None or estimator == "vdp" else num_particles
+    elbo = elbo if elbo is not None else MeanFieldELBO()
+    try:
+        with kl_annealing(beta=beta), estimator_handler(estimator, particles, x.shape[0]):
+            terms = elbo.terms(model, guide, x, y)
+    except ParticlesUnsupported:
+        with kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
+            terms = MeanFieldELBO(num_particles=particles).terms(model, guide, x, y)
     if torch.isfinite(terms.loss):
         optim.zero_grad(set_to_none=True)
         terms.loss.backward()
@@ -245,17 +253,19 @@ def fit(
                 b = beta(epoch, step, steps)
                 terms = svi_step(model, guide, optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
                                  num_particles=num_particles)
-                loss = terms.loss
-                if not torch.isfinite(loss):
+                # one device-to-host copy per step for the three logged terms
+                loss, nll, kl = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(
+                    terms.nll)]).tolist()
+                if not math.isfinite(loss):
                     kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""
                     raise TrainingDiverged(
-                        f"loss became {loss.item()} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
+                        f"loss became {loss} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
                         f"lr={optim.param_groups[0]['lr']:g}); training stopped.{kept} Lower the learning "
                         "rate or init_rho, or check the inputs for NaN."
                     )
-                total_loss += loss.item()
-                total_nll += terms.nll.item()
-                total_kl += float(terms.kl)
+                total_loss += loss
+                total_nll += nll
+                total_kl += kl
                 bar.update(task, advance=1, epoch=epoch + 1,
                            stats=f"loss {total_loss / (step + 1):.4g}  beta {b:.3g}")
             record = {

@@ -288,7 +288,7 @@ def _make_cifar_tarball(root: Path, tmp: Path) -> Path:
 
 def test_cifar10_tarball_extracts_once_and_caches(tmp_path, monkeypatch):
     root, cache = tmp_path / "root", tmp_path / "cache"
-    archive = _make_cifar_tarball(root, tmp_path)
+    _make_cifar_tarball(root, tmp_path)
     monkeypatch.setenv("PYROBNN_CACHE", str(cache))
     root.chmod(0o555)  # the data root is read-only, like the shared one
     try:

@@ -6,16 +6,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributions import kl_divergence
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
-from pyrobnn.distributions import IsotropicNormal, ScaleMixtureNormal
+from pyrobnn.distributions import ScaleMixtureNormal
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

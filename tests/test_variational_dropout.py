@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import math
 
-import pyro
 import pytest
 import torch
 from pyro import poutine

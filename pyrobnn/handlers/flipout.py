@@ -20,6 +20,10 @@ class FlipoutMessenger(GaussianWeightMessenger):
     :math:`\mu_W + \Delta W \odot r_n s_n^\top`, which is distributed as
     :math:`q(W)`, while examples are decorrelated. Other layers keep plain weight
     sampling; a non-Normal posterior is refused with an error.
+
+    :param num_particles: S > 1 gives every particle its own perturbation and signs, all in one
+        pass (see :class:`~pyrobnn.handlers.gaussian_weights.GaussianWeightMessenger`).
+    :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
     mode = "flipout"
@@ -27,5 +31,5 @@ class FlipoutMessenger(GaussianWeightMessenger):
 
 
 @_make_handler(FlipoutMessenger)
-def flipout(fn=None):  # noqa: D103 (docstring comes from the messenger)
+def flipout(fn=None, num_particles=1, batch_size=None):  # noqa: D103 (docstring comes from the messenger)
     ...

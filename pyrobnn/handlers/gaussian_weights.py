@@ -1,4 +1,5 @@
-"""The mechanism shared by :func:`local_reparameterization` and :func:`flipout`.
+"""The mechanism shared by :func:`weight_sampling`, :func:`local_reparameterization`, :func:`flipout`
+and :func:`vdp`.
 
 A Normal-family latent site sampled under the handler gets a
 :class:`~pyrobnn.gaussian_weight.GaussianWeight` as its value instead of a
@@ -7,6 +8,12 @@ sample their outputs as the handler's mode says. Sites already given a value
 (the model replaying the guide, observed sites) pass through untouched, so the
 handler is placed around the whole ELBO (or prediction) call, like
 :func:`~pyrobnn.handlers.kl_annealing`.
+
+``num_particles`` S > 1 vectorizes Monte Carlo: the first Bayesian layer to see the
+``batch_size``-row input makes S particles of it, so the network returns S·B rows
+(particle-major) in one pass; :class:`~pyrobnn.BayesianNetwork` repeats the targets to match,
+which averages the ELBO over the S particles. A network that uses a Bayesian parameter outside
+a Linear/Conv layer raises :class:`~pyrobnn.gaussian_weight.ParticlesUnsupported` (loop instead).
 """
 
 from __future__ import annotations
@@ -25,9 +32,13 @@ class GaussianWeightMessenger(Messenger):
     mode: str = "local"
     handler_name: str = "local_reparameterization"
 
-    def __init__(self, particles: tuple[int, int] | None = None):
+    def __init__(self, num_particles: int = 1, batch_size: int | None = None):
+        if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles < 1:
+            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        if num_particles > 1 and not (isinstance(batch_size, int) and batch_size > 0):
+            raise ValueError(f"{self.handler_name}(num_particles > 1) needs batch_size=<rows of the input>")
         super().__init__()
-        self.particles = particles
+        self.particles = (batch_size, num_particles) if num_particles > 1 else None
 
     def _pyro_sample(self, msg):
         if msg["is_observed"] or msg["done"] or msg["value"] is not None:

@@ -24,22 +24,13 @@ class LocalReparameterizationMessenger(GaussianWeightMessenger):
         with local_reparameterization():
             svi.step(x, y)
 
-    :param num_particles: S > 1 vectorizes Monte Carlo: the first Bayesian layer to see the
-        ``batch_size``-row input draws S samples of its pre-activations at once, so the network
-        returns S·B rows (particle-major) in one pass; :class:`~pyrobnn.BayesianNetwork`
-        repeats the targets to match, which averages the ELBO over the S particles.
+    :param num_particles: S > 1 draws S particles in one pass (see
+        :class:`~pyrobnn.handlers.gaussian_weights.GaussianWeightMessenger`).
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
     mode = "local"
     handler_name = "local_reparameterization"
-
-    def __init__(self, num_particles: int = 1, batch_size: int | None = None):
-        if not isinstance(num_particles, int) or num_particles < 1:
-            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
-        if num_particles > 1 and not (isinstance(batch_size, int) and batch_size > 0):
-            raise ValueError("local_reparameterization(num_particles > 1) needs batch_size=<rows of the input>")
-        super().__init__((batch_size, num_particles) if num_particles > 1 else None)
 
 
 @_make_handler(LocalReparameterizationMessenger)
