@@ -184,15 +184,15 @@ def _gaussian_layer(op, x, weight: GaussianWeight, bias=None, *rest, **kwargs):
     if weight.mode == "local":  # the pre-activations' moments are VDP's for a deterministic input
         moments = affine_moments(op, x, weight, bias, *rest, **kwargs)
         mean, std = moments.loc, moments.variance.clamp_min(1e-16).sqrt()
-        if weight.particles is not None and x.shape[0] == weight.particles[0]:
-            repeats = (weight.particles[1],) + (1,) * (mean.dim() - 1)
-            mean, std = mean.repeat(repeats), std.repeat(repeats)
+        if weight.particles is not None and _shared_input(x, weight.particles):  # S draws of moments computed once
+            noise = torch.randn((weight.particles[1],) + mean.shape, dtype=mean.dtype, device=mean.device)
+            return torch.addcmul(mean, std, noise).flatten(0, 1)
         return torch.addcmul(mean, std, torch.randn_like(mean))
     # flipout: one weight perturbation per batch (per particle), sign-flipped per example and unit.
     bias_loc, bias_var = _bias_moments(bias)
     particles = weight.particles[1] if weight.particles is not None else 1
     mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
-    if particles > 1 and x.shape[0] == weight.particles[0]:  # the first layer: S copies of the input
+    if particles > 1 and _shared_input(x, weight.particles):  # the first layer: S copies of the input
         x, mean = (v.repeat((particles,) + (1,) * (v.dim() - 1)) for v in (x, mean))
     delta = weight.scale * torch.randn((particles,) + weight.shape, dtype=weight.dtype, device=weight.device)
     if particles == 1:
@@ -218,8 +218,9 @@ def _per_particle(op, x, w: torch.Tensor, b, particles: tuple[int, int], *rest, 
     """``op(x_s, w[s], b_s)`` for every particle s in one call: a batched matrix product, or a grouped
     convolution over the particles' stacked channels. ``x`` has B rows (the same input for every
     particle) or S·B (particle-major); ``b`` is ``(S, out)``, one shared ``(out,)`` or None."""
+    first = _shared_input(x, particles)
     batch, particles = particles
-    if x.shape[0] == batch:  # the first Bayesian layer: the same input for every particle
+    if first:  # the first Bayesian layer: the same input for every particle
         x = x.expand((particles,) + x.shape)
     else:
         x = x.view((particles, batch) + x.shape[1:])
@@ -235,6 +236,17 @@ def _per_particle(op, x, w: torch.Tensor, b, particles: tuple[int, int], *rest, 
     if b is not None:
         out = out + b.reshape((particles if b.dim() > 1 else 1, 1, -1) + (1,) * (out.dim() - 3))
     return out.flatten(0, 1)
+
+
+def _shared_input(x: torch.Tensor, particles: tuple[int, int]) -> bool:
+    """Whether ``x`` is the B-row input shared by all S particles (else it has S·B rows, particle-major)."""
+    batch, count = particles
+    if x.shape[0] not in (batch, batch * count):
+        raise ValueError(
+            f"a layer received {x.shape[0]} rows under {count} vectorized particles with batch_size={batch}: "
+            f"pass batch_size=<rows of the input> (expected {batch}, or {batch * count} after the first layer)"
+        )
+    return x.shape[0] == batch
 
 
 def _rademacher(like: torch.Tensor) -> torch.Tensor:

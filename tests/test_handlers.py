@@ -205,6 +205,9 @@ def test_vectorized_particles_need_the_batch_size(handler):
         handler(num_particles=3)
     with pytest.raises(ValueError, match="num_particles"):
         handler(num_particles=0, batch_size=3)
+    model, guide = _small_model()
+    with handler(num_particles=3, batch_size=5), pytest.raises(ValueError, match=r"received 8 rows.*batch_size=5"):
+        MeanFieldELBO().terms(model, guide, torch.randn(8, 3), torch.randint(0, 4, (8,)))
 
 
 def _particle_terms(model, guide, x, y, particles):
