@@ -21,6 +21,7 @@ from __future__ import annotations
 from pyro.poutine.messenger import Messenger
 from torch.distributions import Independent, Normal
 
+from ..checks import positive_int
 from ..gaussian_weight import GaussianWeight
 
 __all__ = ["GaussianWeightMessenger"]
@@ -33,8 +34,7 @@ class GaussianWeightMessenger(Messenger):
     handler_name: str = "local_reparameterization"
 
     def __init__(self, num_particles: int = 1, batch_size: int | None = None):
-        if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles < 1:
-            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        num_particles = positive_int("num_particles", num_particles)
         if num_particles > 1 and not (isinstance(batch_size, int) and batch_size > 0):
             raise ValueError(f"{self.handler_name}(num_particles > 1) needs batch_size=<rows of the input>")
         super().__init__()
