@@ -6,7 +6,7 @@ methods are timed in interleaved rounds (each round times every method for
 affects all of them alike. Methods:
 
 - ``det``: plain PyTorch, cross-entropy, the same Adam as the training loop
-  (:func:`pyrobnn.cost.training_step`; :func:`pyrobnn.train.make_optimizer`: fused where supported);
+  (:func:`pyrobnn.analysis.cost.training_step`; :func:`pyrobnn.train.make_optimizer`: fused where supported);
 - ``bbb``: pyrobnn ``NormalGuide`` with a Gaussian N(0, 1) prior (analytic KL), one
   sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step);
 - ``bbb_mixture``: the same with Blundell's scale-mixture prior (Monte-Carlo KL);
@@ -32,7 +32,7 @@ import pyro
 import torch
 
 from pyrobnn import BayesianNetwork, GaussianPrior, ScaleMixturePrior
-from pyrobnn.cost import time_steps, training_step
+from pyrobnn.analysis.cost import time_steps, training_step
 from pyrobnn.train import make_optimizer
 from pyrobnn.models import MLP
 

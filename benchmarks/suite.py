@@ -14,7 +14,7 @@ load hits all methods alike):
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (optional:
   ``pip install bayesian-torch``; skipped when absent).
 
-Peak memory (:func:`pyrobnn.cost.peak_memory`): what one step allocates beyond the
+Peak memory (:func:`pyrobnn.analysis.cost.peak_memory`): what one step allocates beyond the
 set-up (network, guide, optimiser state): activations, samples, gradients; on CPU the
 peak size of the tensors alive at once, on CUDA ``torch.cuda.max_memory_allocated``. Prediction: 100 posterior samples
 on 10,000 MNIST test images (random images when no data root is set), the
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
-from pyrobnn.cost import peak_memory, synchronize, time_steps, training_step
+from pyrobnn.analysis.cost import peak_memory, synchronize, time_steps, training_step
 from pyrobnn.models import MLP, LeNet5
 from pyrobnn.train import make_optimizer
 

@@ -1,7 +1,7 @@
 """Cost of VDP++ training against deterministic and Bayes-by-Backprop training (paper 002, Fig. 1).
 
 LeNet-5 on 28x28 inputs, batch 512 (the paper's setting), one Adam step of each method
-measured side by side (:func:`pyrobnn.cost.compare_training_cost`): milliseconds per step and
+measured side by side (:func:`pyrobnn.analysis.cost.compare_training_cost`): milliseconds per step and
 per 60k-image epoch, and the peak memory a step allocates beyond the set-up (CPU: peak size of
 live tensors; CUDA: ``max_memory_allocated``). VDP++ runs with one variance per weight and with
 one per output unit (eq. 12). CPU always, CUDA when present.
@@ -21,7 +21,7 @@ import pyro
 import torch
 from rich.console import Console
 
-from pyrobnn.cost import compare_training_cost, cost_table
+from pyrobnn.analysis.cost import compare_training_cost, cost_table
 from pyrobnn.models import LeNet5
 
 METHODS = {"det": ("det", "weight"), "bbb": ("sample", "weight"), "vdp": ("vdp", "weight"), "vdp_row": ("vdp", "row")}

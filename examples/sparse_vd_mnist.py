@@ -43,7 +43,7 @@ from pyrobnn import (AdditiveDropoutGuide, BayesianNetwork, GaussianPrior, LogUn
 from pyrobnn.data import load_dataset
 from pyrobnn.models import MLP
 from pyrobnn.predict import evaluate
-from pyrobnn.prune import apply_masks, principled_masks, random_masks, sparsity
+from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, sparsity
 from pyrobnn.schedules import Constant, LinearWarmup
 from pyrobnn.train import fit
 

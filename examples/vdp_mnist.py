@@ -9,7 +9,7 @@ three analyses of paper 002:
   predicted class under Gaussian noise at SNR -6 ... 30 dB;
 - self-compression (Fig. 2): accuracy after global L1 pruning of the (posterior mean) weights;
 - cost (Fig. 1a-b): ms per step, s per epoch and peak memory at batch 512 against the
-  deterministic net and BBB (``pyrobnn.cost``);
+  deterministic net and BBB (``pyrobnn.analysis.cost``);
 
 and a small ViT (``pyrobnn.models.ViT``: multi-head self-attention, LayerNorm, GELU) trained by
 VDP++ on a subset, to show the transformer rules learn (paper 002's VDP-ViT on MNIST).
@@ -32,13 +32,13 @@ from rich.console import Console
 from rich.table import Table
 
 from pyrobnn import BayesianNetwork, Categorical, GaussianPrior, NormalGuide
-from pyrobnn.cost import compare_training_cost, cost_table
+from pyrobnn.analysis.cost import compare_training_cost, cost_table
 from pyrobnn.data import load_dataset
 from pyrobnn.device import resolve_device
 from pyrobnn.models import LeNet5, ViT
 from pyrobnn.predict import evaluate
-from pyrobnn.prune import pruning_curve
-from pyrobnn.robustness import deterministic_predictor, moment_predictor, noise_robustness, sampling_predictor
+from pyrobnn.analysis.prune import pruning_curve
+from pyrobnn.analysis.robustness import deterministic_predictor, moment_predictor, noise_robustness, sampling_predictor
 from pyrobnn.schedules import Constant
 from pyrobnn.train import fit
 

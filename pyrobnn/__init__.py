@@ -1,10 +1,10 @@
 """pyrobnn: Bayesian neural networks on Pyro."""
 
-from .bayesian import bayesian, bayesian_sites, last_layer
+from .conversion import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
 from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
-from .log_uniform import LogUniformPrior
+from .priors import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .priors import GaussianPrior, Prior, ScaleMixturePrior

@@ -63,7 +63,7 @@ def _load_data(cfg: RunConfig):
 
 
 def _test_report(model, guide, data, samples: int, out: Optional[Path], moments: bool = False) -> dict[str, float]:
-    from .metrics import classification_metrics, reliability_diagram
+    from .analysis.metrics import classification_metrics, reliability_diagram
     from .predict import evaluate as evaluate_posterior, predict, predict_moments
 
     if data.task != "classification":
@@ -183,7 +183,7 @@ class Prune:
 
 
 def _masks(args: Prune, guide):
-    from . import prune as pruning
+    from .analysis import prune as pruning
 
     if args.method == "magnitude":
         return pruning.magnitude_masks(guide, args.fraction)
@@ -199,7 +199,7 @@ def prune(args: Prune) -> dict:
     import pyro
 
     from .checkpoint import save_checkpoint
-    from .prune import apply_masks, sparsity
+    from .analysis.prune import apply_masks, sparsity
 
     if not (isinstance(args.samples, int) and args.samples > 0):
         raise ValueError(f"samples must be a positive integer, got {args.samples!r}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from .guides import GUIDES
-from .log_uniform import LogUniformPrior
+from .priors import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .models import build_model
@@ -162,7 +162,7 @@ def _likelihood(cfg: RunConfig, task: str):
 
 
 def _selection(cfg: RunConfig, net):
-    from .bayesian import last_layer
+    from .conversion import last_layer
 
     if cfg.bayesian == "all":
         return None

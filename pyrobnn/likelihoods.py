@@ -124,7 +124,7 @@ class Categorical(Likelihood):
             )
 
     def predictive(self, outputs):
-        from .metrics import uncertainty
+        from .analysis.metrics import uncertainty
 
         probs = outputs.softmax(-1)
         return {"probs": probs.mean(0), **uncertainty(probs)}

@@ -9,7 +9,7 @@ from pyro.nn import PyroModule
 from pyro.nn.module import to_pyro_module_
 from torch import nn
 
-from .bayesian import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
+from .conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
 from .likelihoods import Categorical, Likelihood
 from .priors import Prior
 

@@ -152,7 +152,7 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
 
     ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling.
     """
-    from .metrics import classification_metrics, regression_metrics
+    from .analysis.metrics import classification_metrics, regression_metrics
 
     if moments:
         pred = predict_moments(model, guide, x, batch_size)

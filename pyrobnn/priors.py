@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pyro.distributions as dist
 import torch
 
-from .distributions import IsotropicNormal, ScaleMixtureNormal
+from .distributions import IsotropicNormal, LogUniform, ScaleMixtureNormal
 
-__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior"]
+__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "LogUniformPrior", "PRIORS"]
 
 
 def _positive(name: str, value: float) -> float:
@@ -83,3 +83,20 @@ class ScaleMixturePrior(Prior):
         return ScaleMixtureNormal(
             self.pi, self.sigma1, self.sigma2, reference.shape, device=reference.device, dtype=reference.dtype
         ).to_event(reference.dim())
+
+
+@dataclass(frozen=True)
+class LogUniformPrior(Prior):
+    r"""The improper log-uniform prior :math:`p(w) \propto 1/|w|` of variational dropout.
+
+    Use it with :class:`~pyrobnn.guides.MultiplicativeDropoutGuide` or
+    :class:`~pyrobnn.guides.AdditiveDropoutGuide`, whose posteriors carry
+    :math:`\log\alpha` and so get the approximate KL.
+    """
+
+    def __call__(self, reference):
+        return LogUniform(reference.shape)
+
+
+PRIORS = {"gaussian": GaussianPrior, "scale-mixture": ScaleMixturePrior, "log-uniform": LogUniformPrior}
+"""Weight priors selectable by name (``pyrobnn train --prior``)."""

@@ -39,7 +39,7 @@ from .elbo import MeanFieldELBO
 from .gaussian_weight import ParticlesUnsupported
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
 from .predict import evaluate, predictive_outputs
-from .prune import principled_masks, sparsity
+from .analysis.prune import principled_masks, sparsity
 from .schedules import Constant
 
 __all__ = ["fit", "svi_step", "estimator_handler", "ESTIMATORS", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]

@@ -1,9 +1,9 @@
-"""pyrobnn.cost: live-tensor peak memory, interleaved timing, training steps side by side."""
+"""pyrobnn.analysis.cost: live-tensor peak memory, interleaved timing, training steps side by side."""
 
 import pytest
 import torch
 
-from pyrobnn.cost import LiveTensorMemory, compare_training_cost, peak_memory, time_steps, training_step
+from pyrobnn.analysis.cost import LiveTensorMemory, compare_training_cost, peak_memory, time_steps, training_step
 from pyrobnn.models import MLP
 
 MIB = 2**20

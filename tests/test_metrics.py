@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from pyrobnn.metrics import (
+from pyrobnn.analysis.metrics import (
     accuracy,
     brier,
     classification_metrics,

@@ -11,8 +11,8 @@ from torch import nn
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
 from pyrobnn.models import MLP
 from pyrobnn.predict import predict_moments, predictive_outputs
-from pyrobnn.prune import magnitude_prune_module, pruning_curve
-from pyrobnn.robustness import (
+from pyrobnn.analysis.prune import magnitude_prune_module, pruning_curve
+from pyrobnn.analysis.robustness import (
     add_noise,
     deterministic_predictor,
     moment_predictor,

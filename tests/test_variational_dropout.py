@@ -23,7 +23,7 @@ from pyrobnn import (
     local_reparameterization,
 )
 from pyrobnn.gaussian_weight import GaussianWeight
-from pyrobnn.log_uniform import (
+from pyrobnn.distributions import (
     KINGMA_CONSTANTS,
     MOLCHANOV_CONSTANTS,
     DropoutNormal,

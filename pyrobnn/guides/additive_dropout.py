@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..log_uniform import DropoutNormal
+from ..distributions import DropoutNormal
 from ..checks import finite
 from .base import InitLoc, SiteGuide
 

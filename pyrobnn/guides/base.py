@@ -20,7 +20,7 @@ import torch
 from pyro.nn import PyroModule
 from torch import nn
 
-from ..bayesian import Site
+from ..conversion import Site
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..log_uniform import KL_APPROXIMATIONS, DropoutNormal
+from ..distributions import KL_APPROXIMATIONS, DropoutNormal
 from ..checks import finite
 from .base import InitLoc, SiteGuide, shared_shape
 

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from .guides.base import SiteGuide
+from ..guides.base import SiteGuide
 
 __all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks", "sparsity",
            "magnitude_prune_module", "pruning_curve", "METHODS"]

@@ -108,10 +108,10 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
 
     import torch.nn.functional as F
 
-    from .guides import NormalGuide
-    from .likelihoods import Categorical
-    from .model import BayesianNetwork
-    from .train import ESTIMATORS, make_optimizer, svi_step
+    from ..guides import NormalGuide
+    from ..likelihoods import Categorical
+    from ..model import BayesianNetwork
+    from ..train import ESTIMATORS, make_optimizer, svi_step
 
     net = copy.deepcopy(net).to(x.device)
     if method == "det":

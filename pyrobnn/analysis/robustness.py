@@ -26,9 +26,9 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .checks import finite, positive_int
-from .device import device_of
-from .predict import predict_moments, prediction_mode, predictive_outputs
+from ..checks import finite, positive_int
+from ..device import device_of
+from ..predict import predict_moments, prediction_mode, predictive_outputs
 
 __all__ = ["Predictor", "add_noise", "deterministic_predictor", "sampling_predictor", "moment_predictor",
            "noise_robustness"]
