@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: venv
 	$(PY) -m pyrobnn train --dataset mnist --model mlp --hidden 400 --prior scale-mixture \
-		--beta geometric --epochs 3 --samples 20 --out runs/demo --no-progress
+		--beta geometric --epochs 3 --num-samples 20 --out runs/demo --no-progress
 
 test: venv
 	$(PY) -m pytest

@@ -1,22 +1,135 @@
-"""Argument checks shared across pyrobnn: a bad value gets a ``ValueError`` that names the argument."""
+"""Argument checks shared across pyrobnn: a bad value gets an error that names the argument.
+
+Scalar checks take ``(name, value, ...)`` and return the value converted (``float`` or ``int``), so
+``self.scale = positive("scale (noise standard deviation)", scale)`` validates and stores in one
+line. ``name`` is the argument as the caller knows it, with what it means where the bare name would
+not say: the message reads ``"<name> must be <requirement>, got <value>"``. Booleans are refused
+wherever a number is expected (``True`` is an ``int`` to Python).
+
+Tensor checks take ``(tensor, ..., what=...)`` and return nothing; ``what`` names the tensor in
+the message.
+"""
 
 from __future__ import annotations
 
 import math
+import numbers
+from typing import Callable, Iterable, Sequence
 
-__all__ = ["finite", "positive_int"]
+import torch
+
+__all__ = [
+    "finite", "positive", "nonnegative", "in_range", "positive_int", "nonnegative_int", "choice",
+    "check_probs", "check_labels",
+]
+
+
+def _number(name: str, value, requirement: str, ok: Callable = lambda v: True, integer: bool = False):
+    """``value`` as an ``int`` (``integer``) or a finite ``float``, if it is one and ``ok(value)``."""
+    kind = numbers.Integral if integer else numbers.Real
+    if (isinstance(value, bool) or not isinstance(value, kind)
+            or not (integer or math.isfinite(value)) or not ok(value)):
+        raise ValueError(f"{name} must be {requirement}, got {value!r}")
+    return int(value) if integer else float(value)
 
 
 def finite(name: str, value, unit: str = "") -> float:
-    """``value`` as a float, or a ``ValueError`` naming the argument when it is not a finite number
-    (booleans are refused too); ``unit`` (e.g. ``"dB"``) is named in the message."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number{f' ({unit})' if unit else ''}, got {value!r}")
-    return float(value)
+    """``value`` as a float if it is a finite number; ``unit`` (e.g. ``"dB"``) is named in the message."""
+    return _number(name, value, "a finite number" + (f" ({unit})" if unit else ""))
+
+
+def positive(name: str, value) -> float:
+    """``value`` as a float if it is a finite number > 0."""
+    return _number(name, value, "a finite number > 0", lambda v: v > 0)
+
+
+def nonnegative(name: str, value) -> float:
+    """``value`` as a float if it is a finite number >= 0."""
+    return _number(name, value, "a finite number >= 0", lambda v: v >= 0)
+
+
+def in_range(name: str, value, low: float, high: float, ends: str = "[]") -> float:
+    """``value`` as a float if it lies between ``low`` and ``high``; ``ends`` says which ends belong to
+    the interval: ``"[]"`` both, ``"()"`` neither, ``"[)"`` or ``"(]"`` one. A probability strictly
+    between 0 and 1 is ``in_range(name, p, 0, 1, "()")``."""
+    if ends not in ("[]", "()", "[)", "(]"):
+        raise ValueError(f"ends must be '[]', '()', '[)' or '(]', got {ends!r}")
+
+    def inside(v):
+        return (low <= v if ends[0] == "[" else low < v) and (v <= high if ends[1] == "]" else v < high)
+
+    return _number(name, value, f"a number in {ends[0]}{low}, {high}{ends[1]}", inside)
 
 
 def positive_int(name: str, value) -> int:
-    """``value``, or a ``ValueError`` naming the argument when it is not an integer >= 1 (booleans refused)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    """``value`` as an ``int`` if it is an integer >= 1."""
+    return _number(name, value, "a positive integer", lambda v: v >= 1, integer=True)
+
+
+def nonnegative_int(name: str, value) -> int:
+    """``value`` as an ``int`` if it is an integer >= 0."""
+    return _number(name, value, "an integer >= 0", lambda v: v >= 0, integer=True)
+
+
+def choice(name: str, value, options: Iterable):
+    """``value`` if it is one of ``options`` (a registry dict's keys, a tuple of names); the message
+    lists them."""
+    options = tuple(options)
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
     return value
+
+
+def check_probs(probs, dims: Sequence[str] = ("N", "C"), what: str = "probs") -> None:
+    """Raise unless ``probs`` is a non-empty floating-point tensor with one dimension per name in
+    ``dims`` (``("S", "N", "C")`` for sampled probabilities), holding probabilities over its last
+    dimension: non-negative, finite, summing to 1. One host synchronisation; catches logits passed
+    by mistake."""
+    shape = f"({', '.join(dims)})"
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor of shape {shape}, got {type(probs).__name__}")
+    if probs.dim() != len(dims):
+        raise ValueError(f"{what} must have shape {shape}, got {tuple(probs.shape)}")
+    if not probs.dtype.is_floating_point:
+        raise ValueError(f"{what} must be floating-point probabilities, got dtype {probs.dtype}")
+    if probs.numel() == 0:
+        raise ValueError(f"{what} must not be empty, got shape {tuple(probs.shape)}")
+    tol = max(1e-3, 10 * torch.finfo(probs.dtype).eps)
+    bad = (probs < 0).any() | ((probs.sum(-1) - 1).abs() > tol).any() | ~torch.isfinite(probs).all()
+    if bool(bad):
+        raise ValueError(
+            f"{what} must hold probabilities: non-negative, finite, summing to 1 over the last "
+            "dimension (did you pass logits? apply softmax first)"
+        )
+
+
+def check_labels(y, num_classes: int | None, what: str = "labels", *,
+                 num_examples: int | None = None) -> None:
+    """Raise unless ``y`` is a 1-d tensor of integer class indices in ``[0, num_classes)``.
+
+    :param num_classes: the number of classes (the network's outputs); ``None`` skips the range check.
+    :param what: how the message names ``y`` (``"y"``, ``"training data: labels"``).
+    :param num_examples: if given, ``y`` must have shape ``(num_examples,)``.
+
+    The range check costs one host synchronisation.
+    """
+    if num_classes is not None:
+        positive_int("num_classes", num_classes)
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor of integer class indices, got {type(y).__name__}")
+    if num_examples is not None and tuple(y.shape) != (num_examples,):
+        raise ValueError(
+            f"{what} must have shape ({num_examples},), one label per example, got {tuple(y.shape)}"
+        )
+    if y.dim() != 1:
+        raise ValueError(f"{what} must be a 1-d tensor, one label per example, got shape {tuple(y.shape)}")
+    if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+        raise ValueError(f"{what} must hold integer class indices (e.g. torch.long), got dtype {y.dtype}")
+    if num_classes is None or y.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(y)).tolist()
+    if low < 0 or high >= num_classes:
+        raise ValueError(
+            f"{what}: label {low if low < 0 else high} is out of range for {num_classes} classes "
+            f"(labels must lie in [0, {num_classes - 1}])"
+        )

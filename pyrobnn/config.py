@@ -1,206 +1,418 @@
-"""A run described by plain data: which dataset, network, prior, guide and schedule.
+"""A run described by plain data: which dataset, network, prior, guide, likelihood and optimisation.
 
-:class:`RunConfig` is what ``pyrobnn train`` parses (every field documented in
-``--help``) and what a checkpoint stores, so ``pyrobnn evaluate`` rebuilds the
-same model and guide from the checkpoint alone. :func:`build` turns a config
-and a dataset into ``(model, guide)``; :func:`beta_schedule` gives its β.
+:class:`RunConfig` is what ``pyrobnn train`` parses and what a checkpoint stores
+(:meth:`RunConfig.to_dict`), so ``pyrobnn evaluate`` and ``pyrobnn prune`` rebuild
+the same model and guide from the checkpoint alone (:meth:`RunConfig.from_dict`,
+:func:`build`). Its option groups are nested dataclasses, shown by tyro as groups of
+``--help``: ``data``, ``model``, ``prior``, ``guide``, ``likelihood``, ``optim`` (with
+the β schedule ``optim.beta``) and ``output``.
+
+Every closed choice is read from its registry (:data:`pyrobnn.priors.PRIORS`,
+:data:`pyrobnn.guides.GUIDES`, :data:`pyrobnn.schedules.SCHEDULES`,
+:data:`pyrobnn.handlers.ESTIMATORS`, ...), and :func:`build` constructs priors, guides,
+likelihoods and schedules through the same registries, passing each the options its
+constructor takes. Choices are spelled with hyphens on the command line
+(``log-variance``, ``cross-entropy``); :data:`API_SPELLING` maps them to the values of the
+Python API.
 """
 
-from __future__ import annotations
-
 import dataclasses
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
+from tyro.conf import OmitArgPrefixes, arg
+
+from .data import DATASETS
 from .guides import GUIDES
-from .priors import LogUniformPrior
+from .guides.base import SHARING
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
-from .models import build_model
-from .priors import GaussianPrior, ScaleMixturePrior
-from .schedules import Constant, Geometric, LinearWarmup
+from .models import MODELS, build_model
+from .priors import PRIORS, ScaleMixturePrior
+from .schedules import SCHEDULES
 
-__all__ = ["RunConfig", "build", "beta_schedule", "PRIORS"]
+try:  # the estimator registry of the handlers (name -> messenger)
+    from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
+except ImportError:  # an older pyrobnn.handlers without the registry
+    _ESTIMATOR_REGISTRY = ("sample", "local", "flipout", "vdp")
 
-PRIORS = ("gaussian", "scale-mixture", "log-uniform")
+__all__ = [
+    "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
+    "BetaOptions", "OptimOptions", "OutputOptions", "build", "beta_schedule", "make_prior",
+    "make_likelihood", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
+]
+
+ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
+"""Names of the gradient estimators (the keys of :data:`pyrobnn.handlers.ESTIMATORS`)."""
+
+LIKELIHOODS = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
+"""Observation models selectable by name (``--likelihood``; ``auto`` picks by the dataset's task)."""
+
+API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy"}
+"""Command-line spelling of a choice -> the value the Python API takes, where they differ."""
+
+_CLI_SPELLING = {api: cli for cli, api in API_SPELLING.items()}
+
+RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out")
+"""Options that may differ between a run and its ``--resume``: none changes what was trained."""
+
+DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH}"
+MODEL_METAVAR = "{" + ",".join(MODELS) + ",tv:NAME}"
+
+
+def _cli(value):
+    return _CLI_SPELLING.get(value, value) if isinstance(value, str) else value
+
+
+def _api(value):
+    return API_SPELLING.get(value, value) if isinstance(value, str) else value
+
+
+def _choices(values) -> Any:
+    """``Literal`` of a registry's names in command-line spelling (built from the registry, never re-listed)."""
+    return Literal[tuple(_cli(v) for v in values)]
+
+
+def _default(cls, name: str):
+    """The default of ``cls``'s constructor argument ``name``: one place for every default."""
+    return inspect.signature(cls).parameters[name].default
+
+
+def _flat(**kwargs):
+    """A field whose flag carries no group prefix (``--epochs``, not ``--optim.epochs``)."""
+    return arg(prefix_name=False, **kwargs)
+
+
+PriorName = _choices(PRIORS)
+GuideName = _choices(GUIDES)
+ScheduleName = _choices(SCHEDULES)
+EstimatorName = _choices(ESTIMATORS)
+LikelihoodName = _choices(("auto", *LIKELIHOODS))
+Share = _choices(SHARING)
+
+
+@dataclass
+class DataOptions:
+    """Which examples to train and test on."""
+
+    dataset: Annotated[str, arg(metavar=DATASET_METAVAR)] = "mnist"
+    """Dataset; folder:PATH is an ImageFolder tree with train/ and test/ class folders."""
+    data_root: Annotated[Optional[Path], arg(metavar="PATH",
+                                             help_behavior_hint="(default: $PYROBNN_DATA, else ~/.cache/pyrobnn/data)")] = None
+    """Directory holding the datasets."""
+    train_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: all)")] = None
+    """Train on a seeded random subset of this many examples (toy datasets: generate this many)."""
+    test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: all)")] = None
+    """Test on a seeded random subset of this many examples."""
+    val_size: int = 0
+    """Hold out this many training examples and evaluate them after each epoch (0: none)."""
+
+
+@dataclass
+class ModelOptions:
+    """The network and which of its parameters are Bayesian."""
+
+    name: Annotated[str, arg(name="model", metavar=MODEL_METAVAR)] = "mlp"
+    """Network: an MLP, LeNet-300-100, LeNet-5, a small ViT, or a torchvision classifier (e.g. tv:resnet18)."""
+    hidden: tuple[int, ...] = (400,)
+    """Hidden widths of the mlp, e.g. 1200 1200."""
+    dropout: float = 0.0
+    """Dropout rate after each hidden layer of the mlp and in the vit blocks (0: none)."""
+    bayesian: Annotated[str, arg(metavar="{all,last-layer,none,PATTERNS}")] = "all"
+    """Parameters with priors: all (normalisation layers stay deterministic), last-layer, none (maximum likelihood), or comma-separated globs over parameter names."""
+
+
+@dataclass
+class PriorOptions:
+    """The weight prior p(w) (pyrobnn.priors)."""
+
+    name: Annotated[PriorName, arg(name="prior", prefix_name=False)] = "gaussian"
+    """gaussian N(0, scale^2), the scale mixture of Blundell et al. (2015), or the log-uniform prior of variational dropout (Kingma et al. 2015)."""
+    scale: float = _default(PRIORS["gaussian"], "scale")
+    """gaussian: standard deviation."""
+    pi: float = _default(ScaleMixturePrior, "pi")
+    """scale-mixture: weight of the wide component, in (0, 1)."""
+    sigma1: float = _default(ScaleMixturePrior, "sigma1")
+    """scale-mixture: standard deviation of the wide component."""
+    sigma2: Annotated[float, arg(help_behavior_hint="(default: e^-8)")] = _default(ScaleMixturePrior, "sigma2")
+    """scale-mixture: standard deviation of the narrow component."""
+
+
+@dataclass
+class GuideOptions:
+    """The posterior family q(w) (pyrobnn.guides)."""
+
+    name: Annotated[GuideName, arg(name="guide", prefix_name=False)] = "normal"
+    """normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout (Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015)."""
+    parameterization: _choices(("softplus", "log_variance")) = _cli(_default(GUIDES["normal"], "parameterization"))
+    """normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the variational dense of Graves (2011)."""
+    share: Share = _default(GUIDES["normal"], "share")
+    """normal (sigma) and multiplicative (log alpha): one per weight, per output unit (row) or per layer."""
+    init_rho: float = _default(GUIDES["normal"], "init_rho")
+    """normal: initial rho, sigma0 = softplus(rho) (-5 gives 6.7e-3)."""
+    init_log_sigma2: float = _default(GUIDES["additive"], "init_log_sigma2")
+    """additive: initial log sigma^2 of every weight."""
+    init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
+    """multiplicative: initial log alpha."""
+
+
+@dataclass
+class LikelihoodOptions:
+    """The observation model p(y | x, w) (pyrobnn.likelihoods)."""
+
+    name: Annotated[LikelihoodName, arg(name="likelihood", prefix_name=False)] = "auto"
+    """auto: categorical for classification, gaussian for regression; heteroscedastic learns the noise per input."""
+    scale: float = 0.1
+    """gaussian: noise standard deviation (its initial value with --likelihood.learn-scale)."""
+    learn_scale: bool = _default(Gaussian, "learn_scale")
+    """gaussian: learn the noise standard deviation as a point estimate."""
+    vdp_objective: _choices(("gaussian", "cross_entropy")) = _cli(_default(Categorical, "vdp_objective"))
+    """categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-entropy."""
+
+
+@dataclass
+class BetaOptions:
+    """The KL weight beta of each minibatch (pyrobnn.schedules)."""
+
+    name: Annotated[ScheduleName, arg(name="beta", prefix_name=False)] = "geometric"
+    """constant; linear: 0 for --beta.warmup epochs, then a ramp to --beta.value over --beta.anneal epochs; geometric: minibatch i of M weighs 2^(M-i)/(2^M-1) (Blundell et al. 2015)."""
+    value: float = _default(SCHEDULES["constant"], "beta")
+    """constant: beta; linear: the final beta."""
+    warmup: int = _default(SCHEDULES["linear"], "warmup")
+    """linear: epochs with beta = 0."""
+    anneal: int = _default(SCHEDULES["linear"], "anneal")
+    """linear: epochs of the ramp after the warm-up (0: jump)."""
+
+
+_SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
+"""Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
+
+
+@dataclass
+class OptimOptions:
+    """Stochastic variational inference: steps, estimator, particles, seed, device."""
+
+    epochs: Annotated[int, _flat()] = 10
+    """Passes over the training data."""
+    batch_size: Annotated[int, _flat()] = 128
+    """Minibatch size B (the likelihood is scaled by N/B)."""
+    lr: Annotated[float, _flat()] = 1e-3
+    """Learning rate."""
+    optimizer: Annotated[Literal["adam", "sgd"], _flat()] = "adam"
+    """Optimiser (sgd with momentum 0.9)."""
+    weight_decay: Annotated[float, _flat()] = 0.0
+    """L2 penalty of the optimiser on every parameter (0: none)."""
+    lr_step: Annotated[int, _flat()] = 0
+    """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
+    lr_gamma: Annotated[float, _flat()] = 0.5
+    """Learning-rate decay factor."""
+    num_particles: Annotated[int, _flat()] = 1
+    """Posterior samples per training step, drawn in one batched pass."""
+    estimator: Annotated[EstimatorName, _flat()] = "sample"
+    """sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment propagation, deterministic (Dera et al. 2019)."""
+    beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
+    seed: Annotated[int, _flat()] = 0
+    """Random seed: subsets, weight initialisation, noise, data order, test predictions."""
+    device: Annotated[str, _flat(metavar="{auto,cpu,cuda,cuda:N}")] = "auto"
+    """Where to train (auto: cuda when available)."""
+
+
+@dataclass
+class OutputOptions:
+    """Where the run is written and how it is reported."""
+
+    out: Annotated[Path, arg(metavar="DIR")] = Path("runs/latest")
+    """Output directory: checkpoint.pt (after every epoch), metrics.json, reliability.png."""
+    resume: Annotated[bool, arg(help="Continue from <out>/checkpoint.pt if it exists; only "
+                                     + ", ".join(o for o in RESUMABLE if o not in ("--resume", "--out"))
+                                     + " may differ from the run that wrote it.")] = False
+    progress: bool = True
+    """Show a progress bar."""
+    num_samples: int = 100
+    """Monte-Carlo samples of the posterior predictive for the test report."""
 
 
 @dataclass
 class RunConfig:
-    """Train a Bayesian neural network with SVI on the annealed ELBO."""
+    """Train a Bayesian neural network by SVI on the annealed ELBO; write checkpoint.pt, metrics.json and reliability.png to --out."""
 
-    dataset: str = "mnist"
-    """mnist | fashion-mnist | cifar10 | two-moons | cubic | sinusoid | folder:<path> (ImageFolder train/ and test/)."""
-    data_root: Optional[Path] = None
-    """Data directory (else $PYROBNN_DATA, else ~/.cache/pyrobnn/data)."""
-    train_size: Optional[int] = None
-    """Use a random subset of this many training examples (default: all)."""
-    test_size: Optional[int] = None
-    """Use a random subset of this many test examples (default: all)."""
-    val_size: int = 0
-    """Hold out this many training examples for validation after each epoch (0: none)."""
-    model: str = "mlp"
-    """mlp | lenet300-100 | lenet5 | tv:<torchvision model name> (e.g. tv:resnet18)."""
-    hidden: tuple[int, ...] = (400,)
-    """Hidden widths of the mlp (e.g. 400, or 1200 1200)."""
-    dropout: float = 0.0
-    """Dropout rate after each hidden mlp layer (0: none)."""
-    bayesian: str = "all"
-    """Which parameters are Bayesian: all (BatchNorm/LayerNorm stay deterministic), last-layer,
-    none (maximum-likelihood baseline), or comma-separated glob patterns over parameter names."""
-    prior: Literal["gaussian", "scale-mixture", "log-uniform"] = "gaussian"
-    """Weight prior: gaussian N(0, prior-scale^2), Blundell's scale-mixture, or the log-uniform prior of
-    variational dropout (use it with the additive or multiplicative guide)."""
-    prior_scale: float = 1.0
-    """Standard deviation of the gaussian prior."""
-    pi: float = 0.25
-    """Scale-mixture weight of the wide component, in (0, 1)."""
-    sigma1: float = 1.0
-    """Scale-mixture standard deviation of the wide component."""
-    sigma2: float = 0.00033546262790251185
-    """Scale-mixture standard deviation of the narrow component (default e^-8)."""
-    guide: Literal["normal", "additive", "multiplicative"] = "normal"
-    """Posterior family: normal (diagonal Normal: Bayes by Backprop, or variational dense with
-    --parameterization log_variance), additive (sparse variational dropout, Molchanov 2017),
-    multiplicative (variational dropout, Kingma 2015)."""
-    parameterization: Literal["softplus", "log_variance"] = "softplus"
-    """normal guide: sigma = softplus(rho) (Blundell) or exp(log_variance / 2) (Graves)."""
-    init_rho: float = -5.0
-    """Initial rho of the normal guide: sigma0 = softplus(rho) (-5 gives 6.7e-3)."""
-    init_log_sigma2: float = -10.0
-    """additive guide: initial log sigma^2 of every weight."""
-    init_log_alpha: float = -4.0
-    """multiplicative guide: initial log alpha."""
-    share: Literal["weight", "row", "layer"] = "weight"
-    """normal guide: one sigma, multiplicative guide: one log alpha, per weight, per output unit (row; the
-    per-unit variance of VDP++, paper 002 eq. 12) or per layer."""
-    likelihood: Literal["auto", "categorical", "gaussian", "heteroscedastic"] = "auto"
-    """Observation model; auto: categorical for classification, gaussian for regression."""
-    noise_scale: float = 0.1
-    """Noise standard deviation of the gaussian likelihood (its initial value if learned)."""
-    learn_noise: bool = False
-    """Learn the gaussian noise standard deviation as a point estimate."""
-    beta: Literal["constant", "linear", "geometric"] = "geometric"
-    """KL-weight schedule: constant, linear (warm-up then ramp, by epoch), geometric (Blundell 2015)."""
-    beta_value: float = 1.0
-    """beta for constant; final beta for linear."""
-    warmup: int = 0
-    """linear: epochs with beta = 0."""
-    anneal: int = 0
-    """linear: epochs of the ramp from 0 to beta-value after the warm-up."""
-    epochs: int = 10
-    """Passes over the training data."""
-    batch_size: int = 128
-    """Minibatch size B (the likelihood is scaled by N/B)."""
-    lr: float = 1e-3
-    """Learning rate."""
-    optimizer: Literal["adam", "sgd"] = "adam"
-    """Optimizer (sgd uses momentum 0.9)."""
-    lr_step: int = 0
-    """Multiply lr by lr-gamma every lr-step epochs (0: constant)."""
-    lr_gamma: float = 0.5
-    """Learning-rate decay factor."""
-    particles: int = 1
-    """Posterior samples per training step (num_particles), drawn in one batched pass."""
-    estimator: Literal["sample", "local", "flipout", "vdp"] = "sample"
-    """Gradient estimator: sample (weights), local (local reparameterization), flipout,
-    vdp (VDP++ moment propagation: deterministic training and prediction)."""
-    samples: int = 100
-    """Monte-Carlo samples for test predictions."""
-    seed: int = 0
-    """Random seed (weights, noise, data order, subsets)."""
-    device: str = "auto"
-    """auto | cpu | cuda."""
-    out: Path = Path("runs/latest")
-    """Output directory: checkpoint.pt, metrics.json, reliability.png."""
-    resume: bool = False
-    """Continue from <out>/checkpoint.pt if it exists."""
-    progress: bool = True
-    """Show the rich progress bar."""
+    data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
+    model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
+    prior: PriorOptions = field(default_factory=PriorOptions)
+    guide: GuideOptions = field(default_factory=GuideOptions)
+    likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
+    optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
+    output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
+
+    # ------------------------------------------------------------------ plain data
 
     def to_dict(self) -> dict:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+        """Nested dict of plain values (paths as strings, tuples as lists): what a checkpoint stores."""
+        def plain(value):
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, (tuple, list)):
+                return [plain(v) for v in value]
+            return str(value) if isinstance(value, Path) else value
+
+        return plain(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, values: dict) -> "RunConfig":
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in values.items() if k in known}
-        for key in ("data_root", "out"):
-            if kwargs.get(key) is not None:
-                kwargs[key] = Path(kwargs[key])
-        if "hidden" in kwargs:
-            kwargs["hidden"] = tuple(kwargs["hidden"])
-        return cls(**kwargs)
+        """The config of :meth:`to_dict`; raises :class:`ValueError` naming any option it does not know."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a run configuration must be a dict of option groups, got {type(values).__name__}")
+        return _from_dict(cls, values, "")
+
+    # ------------------------------------------------------------------ flags
+
+    def flags(self) -> dict[str, Any]:
+        """``{command-line flag: value}`` of every option (``--lr``, ``--prior.scale``, ...)."""
+        return dict(_flags(self))
+
+    def check(self) -> None:
+        """Validate what needs no data: names, counts, and the prior, likelihood and schedule options.
+
+        Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
+        """
+        from .checks import nonnegative_int, positive_int
+
+        dataset = self.data.dataset
+        if not (isinstance(dataset, str) and (dataset.startswith("folder:") or dataset.lower() in DATASETS)):
+            raise ValueError(f"--dataset: unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)} "
+                             "or folder:PATH")
+        name = self.model.name
+        if not (name.startswith("tv:") or name.lower() in MODELS):
+            raise ValueError(f"--model: unknown model {name!r}; choose one of {', '.join(MODELS)} or tv:NAME")
+        for flag, value in (("--epochs", self.optim.epochs), ("--batch-size", self.optim.batch_size),
+                            ("--num-particles", self.optim.num_particles),
+                            ("--num-samples", self.output.num_samples)):
+            positive_int(flag, value)
+        for flag, value in (("--train-size", self.data.train_size), ("--test-size", self.data.test_size)):
+            if value is not None:
+                positive_int(flag, value)
+        nonnegative_int("--val-size", self.data.val_size)
+        nonnegative_int("--lr-step", self.optim.lr_step)
+        make_prior(self)
+        beta_schedule(self)
+        if self.likelihood.name != "auto":
+            make_likelihood(self, None)
 
 
-def _prior(cfg: RunConfig):
-    if cfg.prior == "gaussian":
-        return GaussianPrior(0.0, cfg.prior_scale)
-    if cfg.prior == "scale-mixture":
-        return ScaleMixturePrior(cfg.pi, cfg.sigma1, cfg.sigma2)
-    if cfg.prior == "log-uniform":
-        return LogUniformPrior()
-    raise ValueError(f"prior must be one of {PRIORS}, got {cfg.prior!r}")
+def _from_dict(cls, values: dict, prefix: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(prefix + k for k in unknown)} in the run configuration "
+                         "(written by another pyrobnn version?)")
+    kwargs = {}
+    for name, value in values.items():
+        default = getattr(cls(), name)
+        if dataclasses.is_dataclass(default):
+            if not isinstance(value, dict):
+                raise ValueError(f"option group {prefix}{name} of the run configuration must be a dict")
+            kwargs[name] = _from_dict(type(default), value, f"{prefix}{name}.")
+        elif isinstance(default, Path) or name == "data_root":
+            kwargs[name] = None if value is None else Path(value)
+        elif isinstance(default, tuple):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = _cli(value)
+    return cls(**kwargs)
 
 
-def _likelihood(cfg: RunConfig, task: str):
-    kind = cfg.likelihood
-    if kind == "auto":
-        kind = "categorical" if task == "classification" else "gaussian"
-    if kind == "categorical":
-        if task != "classification":
-            raise ValueError(f"likelihood 'categorical' needs a classification dataset, {cfg.dataset!r} is {task}")
-        return Categorical()
-    if task != "regression":
-        raise ValueError(f"likelihood {kind!r} needs a regression dataset, {cfg.dataset!r} is {task}")
-    if kind == "gaussian":
-        return Gaussian(cfg.noise_scale, learn_scale=cfg.learn_noise)
-    if kind == "heteroscedastic":
-        return HeteroscedasticGaussian()
-    raise ValueError(f"likelihood must be auto, categorical, gaussian or heteroscedastic, got {kind!r}")
+def _flag(group: str, field_name: str, prefixed: bool) -> str:
+    if field_name == "name":
+        return "--" + group.replace("_", "-")
+    name = field_name.replace("_", "-")
+    return f"--{group}.{name}" if prefixed else f"--{name}"
+
+
+def _flags(options, group: str = ""):
+    """``(flag, value)`` pairs; groups with a ``name`` field other than the model (a choice with
+    its own options: prior, guide, likelihood, beta) prefix their options' flags with the group."""
+    names = [f.name for f in dataclasses.fields(options)]
+    prefixed = "name" in names and not isinstance(options, ModelOptions)
+    for name in names:
+        value = getattr(options, name)
+        if dataclasses.is_dataclass(value):
+            yield from _flags(value, name)
+        else:
+            yield _flag(group, name, prefixed), value
+
+
+# ---------------------------------------------------------------------- construction
+
+
+def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Optional[dict] = None):
+    """``registry[name](*args, **kw)`` with ``kw`` the fields of ``options`` the constructor takes
+    (through ``renamed``: constructor argument -> field). A field that the constructor does not take
+    but was changed from its default is an error, not silently ignored."""
+    cls = registry[name]
+    parameters = inspect.signature(cls).parameters
+    renamed = renamed or {}
+    taken = {renamed.get(p, p): p for p in parameters}
+    kwargs, ignored = {}, []
+    for f in dataclasses.fields(options):
+        if f.name == "name":
+            continue
+        value = getattr(options, f.name)
+        if f.name in taken:
+            kwargs[taken[f.name]] = _api(value)
+        elif value != f.default:
+            ignored.append(_flag(kind, f.name, True))
+    if ignored:
+        raise ValueError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to "
+                         f"--{kind} {name}")
+    return cls(*args, **kwargs)
+
+
+def make_prior(cfg: RunConfig):
+    """The prior named by ``--prior``, with its options."""
+    return _construct("prior", PRIORS, cfg.prior.name, cfg.prior)
+
+
+def make_likelihood(cfg: RunConfig, task: Optional[str]):
+    """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task
+    (``None``: not checked)."""
+    name = cfg.likelihood.name
+    if name == "auto":
+        name = "categorical" if task == "classification" else "gaussian"
+    if task is not None and (name == "categorical") != (task == "classification"):
+        raise ValueError(f"--likelihood {name} needs a {'classification' if name == 'categorical' else 'regression'} "
+                         f"dataset; {cfg.data.dataset} is {task}")
+    return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
+
+
+def beta_schedule(cfg: RunConfig):
+    """The β schedule named by ``--beta``, with its options."""
+    return _construct("beta", SCHEDULES, cfg.optim.beta.name, cfg.optim.beta, renamed=_SCHEDULE_ARGUMENTS)
 
 
 def _selection(cfg: RunConfig, net):
     from .conversion import last_layer
 
-    if cfg.bayesian == "all":
+    if cfg.model.bayesian == "all":
         return None
-    if cfg.bayesian == "last-layer":
+    if cfg.model.bayesian == "last-layer":
         return last_layer(net)
-    return [pattern.strip() for pattern in cfg.bayesian.split(",") if pattern.strip()]
+    return [pattern.strip() for pattern in cfg.model.bayesian.split(",") if pattern.strip()]
 
 
 def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
-    """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`)."""
-    if cfg.guide not in GUIDES:
-        raise ValueError(f"guide: unknown guide {cfg.guide!r}; choose one of {sorted(GUIDES)}")
-    likelihood = _likelihood(cfg, data.task)
+    """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`).
+
+    Weights are initialised from torch's global RNG: seed it first (``pyro.set_rng_seed``)
+    for a reproducible initialisation.
+    """
+    likelihood = make_likelihood(cfg, data.task)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
-    net = build_model(cfg.model, data.input_shape, outputs, hidden=cfg.hidden, dropout=cfg.dropout)
-    deterministic = cfg.bayesian == "none"
+    net = build_model(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout)
+    deterministic = cfg.model.bayesian == "none"
     model = BayesianNetwork(
-        net, likelihood, prior=_prior(cfg), num_data=len(data.x_train), include=_selection(cfg, net),
-        deterministic=deterministic, input_shape=data.input_shape,
+        net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
+        include=_selection(cfg, net), deterministic=deterministic, input_shape=data.input_shape,
     )
-    return model, _guide(cfg, model)
-
-
-def _guide(cfg: RunConfig, model):
-    if cfg.guide == "normal":
-        return GUIDES["normal"](model, init_rho=cfg.init_rho, parameterization=cfg.parameterization,
-                                 share=cfg.share)
-    if cfg.guide == "additive":
-        return GUIDES["additive"](model, init_log_sigma2=cfg.init_log_sigma2)
-    return GUIDES["multiplicative"](model, init_log_alpha=cfg.init_log_alpha, share=cfg.share)
-
-
-def beta_schedule(cfg: RunConfig):
-    """The β schedule named by ``cfg.beta``."""
-    if cfg.beta == "constant":
-        return Constant(cfg.beta_value)
-    if cfg.beta == "linear":
-        return LinearWarmup(cfg.warmup, cfg.anneal, cfg.beta_value)
-    if cfg.beta == "geometric":
-        return Geometric()
-    raise ValueError(f"beta must be constant, linear or geometric, got {cfg.beta!r}")
+    return model, _construct("guide", GUIDES, cfg.guide.name, cfg.guide, model)

@@ -2,7 +2,7 @@
 
 :func:`bayesian` converts a network in place to a :class:`~pyro.nn.PyroModule`
 (``pyro.nn.module.to_pyro_module_``) and replaces each selected parameter by a
-:class:`~pyro.nn.PyroSample` whose prior is built by a :class:`~pyro.priors.Prior`.
+:class:`~pyro.nn.PyroSample` whose prior is built by a :class:`~pyrobnn.priors.Prior`.
 The parameter's current value is kept as a non-persistent buffer
 ``<name>_init`` on its module: it carries shape, dtype and device for the
 prior (so the prior follows ``.to(device)``) and initialises guide means from
@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence, Union
 
 import torch
 from pyro.nn import PyroModule, PyroSample
-from pyro.nn.module import _make_name, to_pyro_module_
+from pyro.nn.module import to_pyro_module_
 from torch import nn
 
 from .priors import GaussianPrior, Prior
@@ -54,6 +54,10 @@ class Site:
     @property
     def shape(self) -> torch.Size:
         return self.init.shape
+
+    def prior_distribution(self):
+        """The site's prior distribution, on the module's current device (built once per device)."""
+        return self.module._pyro_samples[self.attr](self.module)
 
 
 class _PriorSite:
@@ -147,7 +151,7 @@ def bayesian_sites(net: nn.Module) -> Iterator[Site]:
         samples = getattr(module, "_pyro_samples", {})
         for attr, fn in samples.items():
             if isinstance(fn, _PriorSite):
-                yield Site(_make_name(module._pyro_name, attr), module, attr, fn.prior)
+                yield Site(f"{module._pyro_name}.{attr}" if module._pyro_name else attr, module, attr, fn.prior)
 
 
 def last_layer(net: nn.Module) -> list[str]:

@@ -24,17 +24,21 @@ _METADATA = {
 
 
 class DistributionTensor(torch.Tensor):
-    """Subclasses build instances with :meth:`wrap` and define :meth:`dispatch`."""
+    """Subclasses build instances with :meth:`wrap` and define :meth:`moments` and :meth:`dispatch`."""
 
     @classmethod
     def wrap(cls, placeholder: torch.Tensor):
         """A new instance whose data is ``placeholder`` (detached, never differentiated)."""
         return torch.Tensor._make_subclass(cls, placeholder.detach(), False)
 
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of the distribution (the variance may be shared: broadcastable to the mean)."""
+        raise NotImplementedError
+
     @classmethod
     def dispatch(cls, func, args: tuple, kwargs: dict):
         """Perform ``func(*args, **kwargs)`` where some arguments are instances of ``cls``."""
-        raise TypeError(f"{cls.__name__} must override dispatch()")
+        raise NotImplementedError
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

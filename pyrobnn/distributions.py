@@ -1,27 +1,29 @@
-r"""Distributions that Pyro lacks and the priors of pyrobnn need.
+r"""Weight-prior distributions that Pyro lacks, and their KL divergences to the guides' posteriors.
 
-The scale mixture of Blundell et al. (2015), the isotropic Normal with its fused KL, and the
-log-uniform prior of variational dropout with its KL approximations:
+Each prior is one event over a whole parameter tensor (event shape = the parameter's shape):
 
-The improper prior :math:`p(\log|w|) = \text{const}`, i.e. :math:`p(w) \propto 1/|w|`
-(Kingma, Salimans & Welling 2015; Molchanov, Ashukha & Vetrov 2017; paper 001
-ch. 3). Against a Gaussian posterior :math:`q(w) = \mathcal N(\theta, \alpha\theta^2)`
-the KL depends on :math:`\alpha` alone,
+- :class:`ScaleMixtureNormal`: the two-Gaussian scale mixture of Blundell et al. (2015). It has no
+  closed-form KL to a Gaussian posterior; the ELBO estimates ``log q(w) - log p(w)``.
+- :class:`IsotropicNormal`: :math:`\mathcal N(\mu_p, \sigma_p^2)` with scalar hyper-parameters,
+  whose KL to a diagonal Normal is computed in one fused, reduced pass (:class:`_DiagonalNormalKL`).
+- :class:`LogUniform`: the improper prior :math:`p(w) \propto 1/|w|` of variational dropout
+  (Kingma, Salimans & Welling 2015; Molchanov, Ashukha & Vetrov 2017). Against a posterior
+  :math:`q(w) = \mathcal N(\theta, \alpha\theta^2)` its KL depends on :math:`\alpha` alone,
 
-.. math:: \mathrm{KL}(q\|p) = -\tfrac12\log\alpha + \mathbb E_{\epsilon\sim\mathcal N(0,1)}
-          \log|1 + \sqrt\alpha\,\epsilon| + \text{const},
+  .. math:: \mathrm{KL}(q\|p) = -\tfrac12\log\alpha + \mathbb E_{\epsilon\sim\mathcal N(0,1)}
+            \log|1 + \sqrt\alpha\,\epsilon| + \text{const},
 
-which has no closed form. Two published approximations (SPEC 4.2, 4.3):
+  which has no closed form; two published approximations stand in for it:
+  Kingma et al.'s, for :math:`\alpha \le 1`,
+  :math:`-\mathrm{KL} \approx C + \tfrac12\log\alpha + c_1\alpha + c_2\alpha^2 + c_3\alpha^3`
+  (:func:`kingma_kl`), and Molchanov et al.'s, for every :math:`\alpha`,
+  :math:`-\mathrm{KL} \approx k_1\,\sigma(k_2 + k_3\log\alpha) - \tfrac12\log(1 + 1/\alpha) - k_1`
+  (:func:`molchanov_kl`). A posterior selects one by being a :class:`DropoutNormal`, a ``Normal``
+  that carries :math:`\log\alpha` and the approximation's name.
 
-- Kingma et al. (2015), for :math:`\alpha \le 1`:
-  :math:`-\mathrm{KL} \approx C + \tfrac12\log\alpha + c_1\alpha + c_2\alpha^2 + c_3\alpha^3`;
-- Molchanov et al. (2017), for every :math:`\alpha`:
-  :math:`-\mathrm{KL} \approx k_1\,\sigma(k_2 + k_3\log\alpha) - \tfrac12\log(1 + 1/\alpha) - k_1`.
-
-A posterior declares which approximation applies by being a :class:`DropoutNormal`
-(a ``Normal`` that carries :math:`\log\alpha` and the approximation's name);
-``register_kl`` makes :func:`torch.distributions.kl_divergence`, and so the
-annealed ELBO, use it.
+The closed forms and approximations are registered with :func:`torch.distributions.register_kl`,
+so :func:`~torch.distributions.kl_divergence`, and with it the annealed ELBO, uses them; any other
+pair raises ``NotImplementedError`` and the ELBO falls back on Monte Carlo.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ import math
 import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution, constraints
+from pyro.distributions.util import sum_rightmost
 from torch.distributions import Independent, Normal, register_kl
+
+from .checks import choice
 
 __all__ = [
     "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
@@ -116,9 +121,6 @@ class IsotropicNormal(TorchDistribution):
         self._device, self._dtype = device, dtype
         super().__init__(torch.Size(), torch.Size(event_shape), validate_args=validate_args)
 
-    def _dims(self) -> tuple[int, ...]:
-        return tuple(range(-len(self.event_shape), 0))
-
     def expand(self, batch_shape, _instance=None):
         """Batched copies are ordinary ``Normal(...).to_event(d)`` (the scalar shortcut is per event)."""
         shape = torch.Size(batch_shape) + self.event_shape
@@ -147,12 +149,7 @@ class IsotropicNormal(TorchDistribution):
             self._validate_sample(value)
         centred = value - self.loc if self.loc else value
         constant = self.event_shape.numel() * (math.log(self.scale) + 0.5 * math.log(2 * math.pi))
-        return _sum_event(centred.square(), self._dims()) * (-0.5 / self.scale**2) - constant
-
-
-def _sum_event(value: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """Sum over the event dimensions (none for a scalar parameter)."""
-    return value.sum(dims) if dims else value
+        return sum_rightmost(centred.square(), len(self.event_shape)) * (-0.5 / self.scale**2) - constant
 
 
 class _DiagonalNormalKL(torch.autograd.Function):
@@ -160,26 +157,27 @@ class _DiagonalNormalKL(torch.autograd.Function):
     scalar prior hyper-parameters, reduced in the forward pass, with the closed-form gradients
     :math:`\partial/\partial\mu_i = (\mu_i - \mu_p)/\sigma_p^2` and
     :math:`\partial/\partial\sigma_i = \sigma_i/\sigma_p^2 - 1/\sigma_i`
-    (three passes over the weights forward, three backward, instead of autograd's dozen)."""
+    (a few passes over the weights each way instead of autograd's dozen, and no saved
+    intermediates). The backward is written in differentiable operations on the saved inputs, so
+    second derivatives are right too."""
 
     @staticmethod
     def forward(ctx, loc, scale, prior_loc: float, prior_scale: float):
+        ctx.save_for_backward(loc, scale)
+        ctx.prior_loc, ctx.precision = prior_loc, 1.0 / prior_scale**2
         centred = (loc - prior_loc if prior_loc else loc).reshape(-1)
         flat_scale = scale.reshape(-1)
-        precision = 1.0 / prior_scale**2
-        ctx.save_for_backward(centred, flat_scale)
-        ctx.precision, ctx.shape = precision, scale.shape
-        return ((torch.dot(flat_scale, flat_scale) + torch.dot(centred, centred)) * (0.5 * precision)
+        return ((torch.dot(flat_scale, flat_scale) + torch.dot(centred, centred)) * (0.5 * ctx.precision)
                 - flat_scale.log().sum() + flat_scale.numel() * (math.log(prior_scale) - 0.5))
 
     @staticmethod
     def backward(ctx, grad):
-        centred, scale = ctx.saved_tensors
+        loc, scale = ctx.saved_tensors
         grad_loc = grad_scale = None
         if ctx.needs_input_grad[0]:
-            grad_loc = (centred * (grad * ctx.precision)).view(ctx.shape)
+            grad_loc = (loc - ctx.prior_loc if ctx.prior_loc else loc) * (grad * ctx.precision)
         if ctx.needs_input_grad[1]:
-            grad_scale = ((scale * ctx.precision - scale.reciprocal()) * grad).view(ctx.shape)
+            grad_scale = (scale * ctx.precision - scale.reciprocal()) * grad
         return grad_loc, grad_scale, None, None
 
 
@@ -191,11 +189,11 @@ def _kl_diagonal_normal_isotropic(q, p):
         raise NotImplementedError  # torch's "no closed form for this pair": the ELBO falls back to Monte Carlo
     if q.batch_shape == () and base.loc.shape == base.scale.shape == p.event_shape:
         return _DiagonalNormalKL.apply(base.loc, base.scale, p.loc, p.scale)
-    dims = p._dims()
+    event_dims = len(p.event_shape)
     centred = base.loc - p.loc if p.loc else base.loc
     return (
-        (_sum_event(base.scale.square(), dims) + _sum_event(centred.square(), dims)) * (0.5 / p.scale**2)
-        - _sum_event(base.scale.log(), dims)
+        sum_rightmost(base.scale.square() + centred.square(), event_dims) * (0.5 / p.scale**2)
+        - sum_rightmost(base.scale.log(), event_dims)
         + p.event_shape.numel() * (math.log(p.scale) - 0.5)
     )
 
@@ -242,9 +240,7 @@ class LogUniform(TorchDistribution):
         return LogUniform(self.event_shape, batch_shape)
 
     def log_prob(self, value):
-        dims = tuple(range(-len(self.event_shape), 0))
-        log_abs = -value.abs().log()
-        return log_abs.sum(dims) if dims else log_abs
+        return -sum_rightmost(value.abs().log(), len(self.event_shape))
 
     def sample(self, sample_shape=torch.Size()):
         raise ValueError("the log-uniform prior is improper and cannot be sampled: initialise the guide "
@@ -256,8 +252,7 @@ class DropoutNormal(dist.Normal):
     variational dropout, carrying ``log_alpha`` and the name of its KL approximation."""
 
     def __init__(self, loc, scale, log_alpha, approximation: str = "molchanov", validate_args=None):
-        if approximation not in KL_APPROXIMATIONS:
-            raise ValueError(f"approximation must be one of {sorted(KL_APPROXIMATIONS)}, got {approximation!r}")
+        choice("approximation (the KL approximation)", approximation, KL_APPROXIMATIONS)
         super().__init__(loc, scale, validate_args=validate_args)
         self.log_alpha, self.approximation = log_alpha, approximation
 
@@ -278,5 +273,4 @@ def _kl_dropout_normal_log_uniform(q, p):
     if kl.dim() < len(p.event_shape):
         raise ValueError(f"posterior of shape {tuple(kl.shape)} does not match the prior's event shape "
                          f"{tuple(p.event_shape)}")
-    dims = tuple(range(-len(p.event_shape), 0))
-    return kl.sum(dims) if dims else kl
+    return sum_rightmost(kl, len(p.event_shape))

@@ -8,9 +8,11 @@ where s is each site's scale: N/B for the data (``pyro.plate`` subsampling),
 wherever ``torch.distributions.kl_divergence`` knows the pair (``register_kl``
 adds more) and the single-sample estimate ``log q(w) - log p(w)`` otherwise
 (e.g. the scale-mixture prior), averaged over the particles' weight samples when
-the handlers draw S of them in one pass. Unlike ``TraceMeanField_ELBO`` it evaluates a
-prior's log-density only when no closed form exists, and reports the data and
-KL terms separately for logging.
+the handlers draw S of them in one pass. Guide sites the model does not have (the
+auxiliary sites of Pyro's autoguides) add their :math:`\log q`, so for any guide
+with reparameterized sites the loss equals ``Trace_ELBO``'s in expectation. Unlike
+``TraceMeanField_ELBO`` it evaluates a prior's log-density only when no closed form
+exists, and reports the data and KL terms separately for logging.
 """
 
 from __future__ import annotations
@@ -41,18 +43,37 @@ def _site_kl(guide_site, model_site) -> torch.Tensor:
         return kl_divergence(q, p)
     except NotImplementedError:  # torch's "no closed form for this pair": estimate by Monte Carlo
         value = guide_site["value"]
-        if isinstance(value, GaussianWeight) and value.particles is not None:  # S particles in one pass
-            draws = value.particle_samples()
+        if isinstance(value, GaussianWeight):  # the estimator's draws (S particles, or one sample)
+            draws = value.kl_draws()
             return (q.log_prob(draws) - p.log_prob(draws)).mean(0)
         return q.log_prob(value) - p.log_prob(value)
 
 
+def _check_reparameterized(site) -> None:
+    if not site["fn"].has_rsample:
+        raise ValueError(
+            f"MeanFieldELBO needs reparameterized guide sites, but {site['name']!r} is sampled from "
+            f"{type(site['fn']).__name__}: use pyro.infer.Trace_ELBO or TraceGraph_ELBO for this guide"
+        )
+
+
 class MeanFieldELBO(ELBO):
-    """Negative ELBO averaged over ``num_particles`` posterior samples.
+    """Negative ELBO averaged over ``num_particles`` posterior samples, drawn in a loop.
 
     Usable as the ``loss`` of :class:`pyro.infer.SVI`, or directly:
     ``terms = elbo.terms(model, guide, x, y)`` gives the loss, the NLL and the KL.
+    S particles in one pass come from an estimator handler instead
+    (``weight_sampling(num_particles=S, batch_size=B)``), so ``vectorize_particles`` is refused.
     """
+
+    def __init__(self, num_particles: int = 1, vectorize_particles: bool = False, **kwargs):
+        if vectorize_particles:
+            raise ValueError(
+                "MeanFieldELBO(vectorize_particles=True) is not supported: a network takes one weight per "
+                "layer; vectorize with a handler instead, e.g. `with weight_sampling(num_particles=S, "
+                "batch_size=B): svi.step(x, y)` (or fit(..., num_particles=S))"
+            )
+        super().__init__(num_particles=num_particles, **kwargs)
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
         loss = nll = kl = 0.0
@@ -68,9 +89,17 @@ class MeanFieldELBO(ELBO):
                 guide_site = guide_trace.nodes.get(name)
                 if guide_site is None:
                     raise ValueError(f"the guide has no site {name!r}: it must cover every latent site")
+                _check_reparameterized(guide_site)
                 site_kl = _site_kl(guide_site, site)
                 kl = kl + site_kl.sum().detach()
                 loss = loss + scale_and_mask(site_kl, guide_site["scale"], guide_site["mask"]).sum()
+            for name, site in guide_trace.nodes.items():  # auxiliary guide sites (autoguides): their log q
+                if site["type"] != "sample" or site_is_subsample(site) or name in model_trace.nodes:
+                    continue
+                _check_reparameterized(site)
+                log_q = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).sum()
+                kl = kl + log_q.detach()
+                loss = loss + log_q
         n = self.num_particles
         return ELBOTerms((loss + nll) / n, nll.detach() / n, torch.as_tensor(kl) / n)
 

@@ -1,14 +1,18 @@
-r"""Likelihoods: the observation site of a Bayesian network.
+r"""Likelihoods: the observation site of a Bayesian network, and the predictive it implies.
 
 Each likelihood maps the network output to a distribution over targets and
 observes the minibatch inside ``pyro.plate("data", size=N, subsample=...)``,
-so Pyro scales the log-likelihood by :math:`N/B` (SPEC section 2):
+so Pyro scales the log-likelihood by :math:`N/B` and the minibatch ELBO is
 :math:`\mathcal L = \frac{N}{B}\sum_{b} \mathbb E_q \log p(y_b | x_b, w) - \beta\,\mathrm{KL}(q\|p)`.
+From ``S`` sampled network outputs, :meth:`Likelihood.predictive` summarises the posterior
+predictive; for classification it splits its uncertainty with :func:`uncertainty`.
+
+VDP++ below is the variance-only variational density propagation of "Efficient Scaling of
+Bayesian Neural Networks" (IEEE Access 2024), which simplifies the VDP of Dera, Rasool &
+Bouaynaya (2019); equation numbers refer to the former.
 """
 
 from __future__ import annotations
-
-import math
 
 import pyro
 import pyro.distributions as dist
@@ -19,6 +23,7 @@ from pyro.distributions import constraints
 from pyro.nn import PyroModule
 from pyro.poutine.util import is_validation_enabled
 
+from .checks import check_labels, check_probs, choice, positive
 from .moments import Moments
 
 __all__ = [
@@ -26,21 +31,48 @@ __all__ = [
     "Categorical",
     "Gaussian",
     "HeteroscedasticGaussian",
+    "uncertainty",
 ]
 
 
+def _entropy(p: torch.Tensor) -> torch.Tensor:
+    """H[p] = -sum_c p_c log p_c over the last dimension, with 0 log 0 = 0."""
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def uncertainty(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Split predictive uncertainty per example from Monte-Carlo class probabilities.
+
+    ``probs`` has shape (S, N, C): softmax probabilities of S posterior samples.
+    Returns tensors of shape (N,), in nats:
+
+    * ``total``     = H[E_s p_s]           (entropy of the predictive mean)
+    * ``aleatoric`` = E_s H[p_s]           (expected entropy)
+    * ``epistemic`` = total - aleatoric    (mutual information I[y; w], clamped at 0)
+
+    Depeweg et al. 2018, "Decomposition of uncertainty in Bayesian deep learning";
+    Smith & Gal 2018, "Understanding measures of uncertainty for adversarial example detection".
+    """
+    check_probs(probs, ("S", "N", "C"))
+    total = _entropy(probs.mean(0))
+    aleatoric = _entropy(probs).mean(0)
+    epistemic = (total - aleatoric).clamp_min(0)
+    return {"total": total, "aleatoric": aleatoric, "epistemic": epistemic}
+
+
 class Likelihood(PyroModule):
-    """Base class. Subclasses define :meth:`distribution` and :meth:`predictive`."""
+    """Base class. Subclasses override :meth:`distribution` and :meth:`predictive` (both raise
+    ``NotImplementedError`` here), and may override :meth:`check` and :meth:`moment_distribution`."""
 
     task: str = "classification"
 
     def distribution(self, output: torch.Tensor) -> dist.TorchDistribution:
         """Per-example distribution of the target given the network output (batch shape ``(B,)``)."""
-        raise TypeError(f"{type(self).__name__} must override distribution()")
+        raise NotImplementedError(f"{type(self).__name__} must override distribution(output)")
 
     def predictive(self, outputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Summaries of the posterior predictive from ``S`` sampled outputs ``(S, N, ...)``."""
-        raise TypeError(f"{type(self).__name__} must override predictive()")
+        raise NotImplementedError(f"{type(self).__name__} must override predictive(outputs)")
 
     def check(self, output: torch.Tensor, y: torch.Tensor | None) -> None:
         """Raise a clear ``ValueError`` when output or targets cannot be scored."""
@@ -50,6 +82,11 @@ class Likelihood(PyroModule):
         raise TypeError(f"{type(self).__name__} does not support VDP++ moment propagation")
 
     def forward(self, output: torch.Tensor, y: torch.Tensor | None = None, num_data: int | None = None):
+        """Observe ``y`` (or sample it, when ``None``) at the site ``"obs"`` given the network
+        ``output`` of a minibatch, inside a data plate of size ``num_data`` (default: the batch),
+        so the log-likelihood is scaled by ``num_data / batch``. ``output`` may be propagated
+        :class:`~pyrobnn.moments.Moments` (VDP++), scored by :meth:`moment_distribution`.
+        With Pyro's validation on, :meth:`check` runs first."""
         batch = output.shape[0]
         if is_validation_enabled():
             self.check(output, y)
@@ -62,7 +99,7 @@ class Likelihood(PyroModule):
 
 
 class MomentCategorical(dist.TorchDistribution):
-    r"""VDP++'s observation model (paper 002, eq. 11): the one-hot target :math:`y` under independent
+    r"""VDP++'s observation model (eq. 11): the one-hot target :math:`y` under independent
     Gaussians on the softmax outputs, :math:`\log p(y) = -\tfrac12\sum_k \big[\log\sigma_k^2 +
     (y_k - \mu_k)^2/\sigma_k^2\big]` (constant dropped), with :math:`(\mu, \sigma^2)` the propagated
     moments of the softmax and ``min_variance`` added to :math:`\sigma^2` for stability."""
@@ -83,17 +120,16 @@ class Categorical(Likelihood):
     """Classification: :math:`y \\sim \\mathrm{Categorical}(\\mathrm{softmax}(f(x; w)))`.
 
     :param vdp_objective: under :func:`~pyrobnn.handlers.vdp`, ``"gaussian"`` scores the targets by
-        :class:`MomentCategorical` (paper 002 eq. 11), ``"cross_entropy"`` by the cross-entropy of the
-        mean logits (paper 002's choice for large problems).
+        :class:`MomentCategorical` (VDP++ eq. 11), ``"cross_entropy"`` by the cross-entropy of the
+        mean logits (VDP++'s choice for large problems).
     """
 
     task = "classification"
+    VDP_OBJECTIVES = ("gaussian", "cross_entropy")
 
     def __init__(self, vdp_objective: str = "gaussian"):
         super().__init__()
-        if vdp_objective not in ("gaussian", "cross_entropy"):
-            raise ValueError(f"vdp_objective must be 'gaussian' or 'cross_entropy', got {vdp_objective!r}")
-        self.vdp_objective = vdp_objective
+        self.vdp_objective = choice("vdp_objective", vdp_objective, self.VDP_OBJECTIVES)
 
     def distribution(self, output):
         return dist.Categorical(logits=output)
@@ -109,23 +145,10 @@ class Categorical(Likelihood):
             raise ValueError(
                 f"a classifier must output logits of shape (batch, classes), got {tuple(output.shape)}"
             )
-        if y is None:
-            return
-        if y.shape != output.shape[:1]:
-            raise ValueError(f"labels y must have shape ({output.shape[0]},), got {tuple(y.shape)}")
-        if y.dtype.is_floating_point:
-            raise ValueError("labels y must be integer class indices (torch.long), got floats")
-        low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= output.shape[-1]:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"label {bad} is out of range for a network with {output.shape[-1]} outputs: "
-                f"labels must lie in [0, {output.shape[-1] - 1}]"
-            )
+        if y is not None:
+            check_labels(y, output.shape[-1], "labels y", num_examples=output.shape[0])
 
     def predictive(self, outputs):
-        from .analysis.metrics import uncertainty
-
         probs = outputs.softmax(-1)
         return {"probs": probs.mean(0), **uncertainty(probs)}
 
@@ -135,7 +158,7 @@ class _GaussianBase(Likelihood):
 
     def mean_scale(self, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and noise standard deviation from the network output."""
-        raise TypeError(f"{type(self).__name__} must override mean_scale()")
+        raise NotImplementedError(f"{type(self).__name__} must override mean_scale(output)")
 
     def distribution(self, output):
         mean, scale = self.mean_scale(output)
@@ -177,9 +200,7 @@ class Gaussian(_GaussianBase):
 
     def __init__(self, scale: float = 1.0, learn_scale: bool = False):
         super().__init__()
-        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale (noise standard deviation) must be a finite number > 0, got {scale!r}")
-        value = torch.tensor(float(scale)).log()
+        value = torch.tensor(positive("scale (noise standard deviation)", scale)).log()
         if learn_scale:
             self.log_scale = nn.Parameter(value)
         else:
@@ -199,9 +220,7 @@ class HeteroscedasticGaussian(_GaussianBase):
 
     def __init__(self, min_scale: float = 1e-3):
         super().__init__()
-        if not min_scale > 0:
-            raise ValueError(f"min_scale must be > 0, got {min_scale!r}")
-        self.min_scale = float(min_scale)
+        self.min_scale = positive("min_scale (the smallest noise standard deviation)", min_scale)
 
     def mean_scale(self, output):
         if output.shape[-1] % 2:

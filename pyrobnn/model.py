@@ -7,10 +7,12 @@ from typing import Sequence
 import torch
 from pyro.nn import PyroModule
 from pyro.nn.module import to_pyro_module_
+from pyro.poutine.runtime import get_plates
 from torch import nn
 
 from .conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
 from .likelihoods import Categorical, Likelihood
+from .particles import align_targets
 from .priors import Prior
 
 __all__ = ["BayesianNetwork"]
@@ -24,11 +26,11 @@ class BayesianNetwork(PyroModule):
     and observes ``y`` under ``pyro.plate("data", size=num_data)``, so a minibatch
     of B examples is scaled by N/B. It returns the network output.
 
-    :param net: the network (converted in place by :func:`pyrobnn.bayesian`).
+    :param net: the network (converted in place by :func:`pyrobnn.conversion.bayesian`).
     :param likelihood: observation model; default :class:`~pyrobnn.likelihoods.Categorical`.
     :param prior: weight prior; default ``GaussianPrior(0, 1)``.
     :param num_data: training-set size N (scales the likelihood of a minibatch).
-    :param include, exclude: which parameters are Bayesian (see :func:`pyrobnn.bayesian`).
+    :param include, exclude: which parameters are Bayesian (see :func:`pyrobnn.conversion.bayesian`).
     :param deterministic: keep every parameter a point estimate (the maximum-likelihood
         baseline, trained through the same loop).
     :param input_shape: per-example input shape, checked on every call when given.
@@ -77,6 +79,14 @@ class BayesianNetwork(PyroModule):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(x)
+        plates = get_plates()
+        if plates:
+            raise ValueError(
+                f"BayesianNetwork was called inside the plate(s) {[p.name for p in plates]}: a network takes one "
+                "weight per layer, so Pyro's vectorized particles (Trace_ELBO(vectorize_particles=True), "
+                "Predictive(parallel=True)) cannot batch it; use an estimator handler with num_particles=S "
+                "(e.g. weight_sampling) or pyrobnn.predict.predict instead"
+            )
         try:
             output = self.net(x)
         except RuntimeError as error:
@@ -85,8 +95,5 @@ class BayesianNetwork(PyroModule):
             raise ValueError(
                 f"input x of shape {tuple(x.shape)} does not fit the network: {error}"
             ) from error
-        if y is not None and output.shape[0] != y.shape[0] and output.shape[0] % y.shape[0] == 0:
-            # S particles vectorized by a handler (e.g. weight_sampling(num_particles=S)): S·B rows, particle-major
-            y = y.repeat((output.shape[0] // y.shape[0],) + (1,) * (y.dim() - 1))
-        self.likelihood(output, y, self.num_data)
+        self.likelihood(output, align_targets(y), self.num_data)
         return output

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from .distribution_tensor import DistributionTensor
-from .gaussian_weight import GaussianWeight, per_unit, variance_op
 
-__all__ = ["Moments", "affine_moments"]
+__all__ = ["Moments", "affine_moments", "per_unit", "variance_op"]
+
 
 class Moments(DistributionTensor):
     """A tensor of independent Gaussians, known by its mean ``loc`` and its ``variance`` (both attached to
@@ -48,6 +48,9 @@ class Moments(DistributionTensor):
         self = cls.wrap(mean)
         self.loc, self.variance = mean, var
         return self
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loc, self.variance
 
     def __repr__(self):
         return f"Moments(shape={tuple(self.loc.shape)})"
@@ -66,12 +69,32 @@ class Moments(DistributionTensor):
 
 
 def _mv(x):
-    """Mean and variance of a ``Moments``, a ``GaussianWeight`` or a plain tensor (variance None)."""
-    if isinstance(x, Moments):
-        return x.loc, x.variance
-    if isinstance(x, GaussianWeight):
-        return x.loc, x.scale.square()
+    """Mean and elementwise variance of a :class:`DistributionTensor` (``Moments``, ``GaussianWeight``), or
+    of a plain tensor (variance None)."""
+    if isinstance(x, DistributionTensor):
+        mean, var = x.moments()
+        return mean, var.expand_as(mean)
     return x, None
+
+
+def per_unit(values: torch.Tensor, op, ndim: int) -> torch.Tensor:
+    """``values`` (one per output unit, or one shared) shaped to broadcast against an ``ndim``-dimensional output
+    of ``op``: units are the last dimension of ``F.linear``'s output and dimension 1 of ``F.convNd``'s."""
+    return values.reshape(-1) if op is F.linear else values.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest, **kwargs) -> torch.Tensor:
+    r"""``op(a, var.expand(shape), None, *rest)`` for ``op`` = ``F.linear``/``F.convNd``, where ``var`` is a weight
+    variance of ``shape`` or one shared per output unit or per layer (``(out, 1, ...)``, ``(1, ...)``).
+
+    A shared variance factors out of the sum: :math:`\sum_i a_i \sigma_n^2 = \sigma_n^2 \sum_i a_i`, one
+    window sum of ``a`` (a single-output-channel op) scaled per unit, instead of a full layer's op.
+    """
+    groups = kwargs.get("groups", rest[3] if len(rest) > 3 else 1)
+    if var.shape == shape or var.shape[1:].numel() != 1 or groups != 1:
+        return op(a, var.expand(shape), None, *rest, **kwargs)
+    summed = op(a, a.new_ones((1,) + tuple(shape[1:])), None, *rest, **kwargs)
+    return summed * per_unit(var, op, summed.dim())
 
 
 def _wrap(mean, var):
@@ -84,7 +107,7 @@ def affine_moments(op, x, weight, bias=None, *rest, **kwargs):
     SPEC's :math:`F(\sigma_x^2, \sigma_W^2 + \mu_W^2) + F(\mu_x^2, \sigma_W^2) + \sigma_b^2` regrouped so that a
     weight variance shared per output unit (eq. 12) costs one window sum (:func:`variance_op`)."""
     mean_x, var_x = _mv(x)
-    mean_w, var_w = weight.moments() if isinstance(weight, GaussianWeight) else _mv(weight)  # variance may be shared
+    mean_w, var_w = weight.moments() if isinstance(weight, DistributionTensor) else (weight, None)  # may be shared
     mean_b, var_b = _mv(bias) if bias is not None else (None, None)
     mean = op(mean_x, mean_w, mean_b, *rest, **kwargs)
     terms = []

@@ -8,8 +8,11 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from .analysis.metrics import classification_metrics, regression_metrics
 from .device import device_of
-from .gaussian_weight import ParticlesUnsupported
+from .handlers import local_reparameterization, vdp
+from .moments import Moments
+from .particles import ParticlesUnsupported
 
 __all__ = ["predict", "predict_moments", "predictive_outputs", "evaluate", "prediction_mode"]
 
@@ -39,7 +42,7 @@ def _normal_family(guide) -> bool:
     if names is None:
         return False
     for name in names:
-        fn = guide.get_posterior(name)
+        fn = guide.posterior(name)
         if not isinstance(getattr(fn, "base_dist", fn), torch.distributions.Normal):
             return False
     return True
@@ -88,9 +91,6 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
     """VDP++ prediction in one deterministic pass: the output ``mean`` and ``var`` of the network
     under :func:`~pyrobnn.handlers.vdp`; for classification also ``probs`` and ``probs_var``, the
     propagated moments of the softmax."""
-    from .handlers import vdp
-    from .moments import Moments
-
     x = x.to(device_of(guide, model))
     model.check_input(x)
     parts = []
@@ -110,24 +110,16 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
 
 
 def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):
-    from .handlers import local_reparameterization
-
     chunks = []
     for chunk in x.split(batch_size):
         per_pass = max(1, min(num_samples, max_rows // len(chunk)))
         draws = []
         for start in range(0, num_samples, per_pass):
             particles = min(per_pass, num_samples - start)
-            with local_reparameterization(num_particles=particles, batch_size=len(chunk)):
+            with local_reparameterization(num_particles=particles, batch_size=len(chunk)) as handler:
                 guide_trace = poutine.trace(guide).get_trace()
                 out = poutine.replay(model.net, trace=guide_trace)(chunk)
-            if out.shape[0] != particles * len(chunk):
-                raise ValueError(
-                    f"vectorized prediction expected {particles} x {len(chunk)} rows from the network, got "
-                    f"{out.shape[0]}: its first Bayesian layer is not a Linear/Conv layer fed by the input "
-                    "batch; call with vectorized=False"
-                )
-            draws.append(out.view(particles, len(chunk), *out.shape[1:]))
+            draws.append(handler.particles.split(out) if particles > 1 else out.unsqueeze(0))
         chunks.append(torch.cat(draws))
     return torch.cat(chunks, dim=1)
 
@@ -152,13 +144,9 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
 
     ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling.
     """
-    from .analysis.metrics import classification_metrics, regression_metrics
-
     if moments:
         pred = predict_moments(model, guide, x, batch_size)
         if model.task != "classification":  # the likelihood adds its noise to the propagated variance
-            from .moments import Moments
-
             observation = model.likelihood.moment_distribution(Moments(pred["mean"], pred["var"]))
             pred = {"mean": observation.mean, "std": observation.stddev}
     else:

@@ -5,7 +5,7 @@ One step on minibatch :math:`i` of epoch :math:`e` minimises
 .. math:: -\frac{N}{B}\sum_{b}\log p(y_b|x_b,w) + \beta_{e,i}\,\mathrm{KL}(q\|p),
           \quad w \sim q \ (\text{``num\_particles``} \text{ samples})
 
-(SPEC section 2) with one ``torch.optim`` optimiser over every parameter of
+with one ``torch.optim`` optimiser over every parameter of
 the guide and the model's deterministic parameters. It is the loop a Pyro
 user would write around :class:`pyro.infer.SVI`, with what a long run needs:
 a β schedule (:mod:`pyrobnn.schedules`, applied by
@@ -21,12 +21,11 @@ loop does not depend on Pyro's global parameter store.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import pyro
 import torch
@@ -36,13 +35,17 @@ from .checks import positive_int
 from .device import resolve_device
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
-from .gaussian_weight import ParticlesUnsupported
-from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
+from .handlers import ESTIMATORS, kl_annealing
+from .handlers import estimator as estimator_handler
+from .particles import ParticlesUnsupported
 from .predict import evaluate, predictive_outputs
-from .analysis.prune import principled_masks, sparsity
 from .schedules import Constant
 
-__all__ = ["fit", "svi_step", "estimator_handler", "ESTIMATORS", "make_optimizer", "resolve_device", "TrainingDiverged", "History"]
+__all__ = ["fit", "svi_step", "make_optimizer", "TrainingDiverged", "History", "Callback"]
+
+Callback = Callable[[int, dict], None]
+"""Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
+:func:`pyrobnn.analysis.prune.record_sparsity`)."""
 
 
 class TrainingDiverged(FloatingPointError):
@@ -63,49 +66,26 @@ class History:
         return self.epochs[-1] if self.epochs else {}
 
 
-ESTIMATORS = ("sample", "local", "flipout", "vdp")
-"""Gradient estimators: weight sampling, local reparameterization (particles vectorized), flipout,
-and VDP++ moment propagation (deterministic, no particles)."""
-
-
-def estimator_handler(estimator: str, num_particles: int, batch_size: int):
-    """The handler that makes ``estimator``, all ``num_particles`` particles in one pass.
-
-    ``"sample"`` draws weights (:func:`~pyrobnn.handlers.weight_sampling`); ``"local"`` samples
-    pre-activations (:func:`~pyrobnn.handlers.local_reparameterization`); ``"flipout"`` shares one
-    perturbation per batch and particle, with per-example signs (:func:`~pyrobnn.handlers.flipout`);
-    ``"vdp"`` propagates means and variances instead of sampling (VDP++, paper 002; the likelihood
-    scores the output moments, so it has no particles).
-    """
-    if estimator == "sample":  # one particle needs no handler: the guide's sample is the weight
-        return weight_sampling(num_particles=num_particles, batch_size=batch_size) if num_particles > 1 \
-            else contextlib.nullcontext()
-    if estimator == "local":
-        return local_reparameterization(num_particles=num_particles, batch_size=batch_size)
-    if estimator == "flipout":
-        return flipout(num_particles=num_particles, batch_size=batch_size)
-    if estimator == "vdp":
-        return vdp()
-    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-
-
 def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
              elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1):
     """One gradient step on the β-annealed negative ELBO of a minibatch; returns its :class:`~pyrobnn.elbo.ELBOTerms`.
 
-    ``estimator`` and ``num_particles`` choose the Monte-Carlo estimator (see :func:`estimator_handler`);
-    the particles run in one vectorized pass, or in a loop when the network uses a Bayesian
-    parameter outside a Linear/Conv layer. An explicit ``elbo`` keeps its own (looped) ``num_particles``.
+    ``estimator`` (a key of :data:`pyrobnn.handlers.ESTIMATORS`) and ``num_particles`` choose the
+    Monte-Carlo estimator; the particles run in one vectorized pass, or in a loop when the network
+    uses a Bayesian parameter outside a Linear/Conv layer. An explicit ``elbo`` draws its own
+    particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
     The update is skipped (and the terms returned) when the loss is not finite.
     """
-    particles = 1 if elbo is not None or estimator == "vdp" else num_particles
+    if elbo is not None and num_particles > 1:
+        raise ValueError("pass num_particles to the elbo (it loops) or to svi_step/fit (one vectorized pass), "
+                         "not both: got elbo= and num_particles > 1")
     elbo = elbo if elbo is not None else MeanFieldELBO()
     try:
-        with kl_annealing(beta=beta), estimator_handler(estimator, particles, x.shape[0]):
+        with kl_annealing(beta=beta), estimator_handler(estimator, num_particles, x.shape[0]):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
         with kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
-            terms = MeanFieldELBO(num_particles=particles).terms(model, guide, x, y)
+            terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     if torch.isfinite(terms.loss):
         optim.zero_grad(set_to_none=True)
         terms.loss.backward()
@@ -171,7 +151,7 @@ def fit(
     resume: bool = False,
     config: Optional[dict] = None,
     progress: bool = True,
-    on_epoch_end: Optional[Callable[[int, dict], None]] = None,
+    on_epoch_end: Callback | Sequence[Callback] | None = None,
 ) -> History:
     r"""Train ``guide`` (and the model's deterministic parameters) on ``(x, y)`` by SVI.
 
@@ -182,20 +162,23 @@ def fit(
     :param batch_size: minibatch size B; the likelihood is scaled by N/B.
     :param lr: learning rate of ``optimizer`` (``"adam"`` or ``"sgd"``, momentum 0.9).
     :param lr_step: multiply the learning rate by ``lr_gamma`` every ``lr_step`` epochs (0: constant;
-        paper 003 halves it every 100 epochs).
+        Blundell et al. 2015 halve it every 100 epochs).
     :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.schedules`.
-    :param num_particles: posterior samples per step (paper 003 uses 5).
-    :param estimator: ``"sample"`` (weight sampling), ``"local"`` (local reparameterization, particles
-        in one pass) or ``"flipout"``; see :func:`estimator_handler`.
-    :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO`).
+    :param num_particles: posterior samples per step, drawn in one vectorized pass (Blundell et al. use 5).
+    :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS`: ``"sample"`` (weight sampling),
+        ``"local"`` (local reparameterization), ``"flipout"`` or ``"vdp"`` (VDP++ moments).
+    :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO`); it draws its own particles, so
+        ``num_particles`` must then be 1.
     :param val: optional ``(x_val, y_val)`` evaluated after each epoch with ``val_samples`` MC samples.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
     :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).
     :param resume: continue from ``checkpoint`` if it exists.
     :param config: extra metadata stored in the checkpoint (how to rebuild model and guide).
-    :param on_epoch_end: callback ``(epoch, record)`` after each epoch.
-    :returns: the :class:`History` of per-epoch records.
+    :param on_epoch_end: callback(s) ``(epoch, record)`` after each epoch, before the checkpoint; they may
+        add entries to the record (:func:`pyrobnn.analysis.prune.record_sparsity`).
+    :returns: the :class:`History` of per-epoch records: ``loss`` and ``nll`` per training example,
+        ``kl`` (nats, unweighted), ``beta`` (mean over the epoch), ``lr``, ``seconds``, ``val_*``.
     :raises TrainingDiverged: when the loss becomes NaN/inf (the checkpoint keeps the last good epoch).
     """
     epochs = positive_int("epochs", epochs)
@@ -207,101 +190,111 @@ def fit(
         raise ValueError(f"lr_step must be an integer >= 0 (0 keeps lr constant), got {lr_step!r}")
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=<path of the run to continue>")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {sorted(ESTIMATORS)}, got {estimator!r}")
+    if elbo is not None and num_particles > 1:
+        raise ValueError("pass num_particles to the elbo (it loops) or to fit (one vectorized pass), not both")
+    callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
+        else [on_epoch_end]
     device = resolve_device(device)
     model.to(device)
     guide.to(device)
     _check_data(model, guide, x, y, "training data")
     if val is not None:
         _check_data(model, guide, *val, "validation data")
-    num_data = x.shape[0]
-    model.num_data = num_data
-    estimator_handler(estimator, num_particles, batch_size)  # validates the name
+    model.num_data = x.shape[0]
 
     params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
     optim = make_optimizer(params, optimizer, lr, weight_decay)
     scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=lr_step or 1, gamma=lr_gamma if lr_step else 1.0)
-
-    history, start = History(), 0
+    run = _Run(model, guide, optim, scheduler, History())
     pyro.set_rng_seed(seed)
-    if resume and Path(checkpoint).is_file():
-        state = load_checkpoint(checkpoint, map_location=device)
-        model.load_state_dict(state["model"])
-        guide.load_state_dict(state["guide"])
-        optim.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        history.epochs = list(state["history"])
-        start = state["epoch"] + 1
-        set_rng_state(state["rng"])
+    start = run.resume(checkpoint, device) if resume and Path(checkpoint).is_file() else 0
 
-    steps = math.ceil(num_data / batch_size)
-    order_rng = torch.Generator()
+    steps = math.ceil(x.shape[0] / batch_size)
     bar = Progress(
         TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not progress, transient=False,
     )
     with bar, pyro.validation_enabled(False):
         task = bar.add_task("train", total=steps * (epochs - start), epoch=start + 1, stats="")
+
+        def advance(epoch, step, loss_per_example):
+            bar.update(task, advance=1, epoch=epoch + 1, stats=f"loss {loss_per_example:.4g}/example")
+
         for epoch in range(start, epochs):
             model.train()
-            tick = time.perf_counter()
-            order_rng.manual_seed(seed * 100003 + epoch)  # data order depends on (seed, epoch) only
-            order = torch.randperm(num_data, generator=order_rng)
-            total_loss = total_nll = total_kl = 0.0
-            for step in range(steps):
-                idx = order[step * batch_size:(step + 1) * batch_size]
-                xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
-                b = beta(epoch, step, steps)
-                terms = svi_step(model, guide, optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
-                                 num_particles=num_particles)
-                # one device-to-host copy per step for the three logged terms
-                loss, nll, kl = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(
-                    terms.nll)]).tolist()
-                if not math.isfinite(loss):
-                    kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""
-                    raise TrainingDiverged(
-                        f"loss became {loss} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
-                        f"lr={optim.param_groups[0]['lr']:g}); training stopped.{kept} Lower the learning "
-                        "rate or init_rho, or check the inputs for NaN."
-                    )
-                total_loss += loss
-                total_nll += nll
-                total_kl += kl
-                bar.update(task, advance=1, epoch=epoch + 1,
-                           stats=f"loss {total_loss / (step + 1):.4g}  beta {b:.3g}")
-            record = {
-                "epoch": epoch + 1,
-                "loss": total_loss / steps,
-                "nll": total_nll / steps,
-                "kl": total_kl / steps,
-                "beta": b,
-                "lr": optim.param_groups[0]["lr"],
-                "seconds": time.perf_counter() - tick,
-            }
+            order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
+            record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
+                               estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
+                               on_step=advance)
             scheduler.step()
-            if getattr(guide, "site_names", None) and hasattr(guide, "pruning_rule"):
-                try:
-                    removed = sparsity(principled_masks(guide))
-                    record["sparsity"] = removed.pop("total")
-                    record["layer_sparsity"] = list(removed.values())
-                except (TypeError, ValueError):  # no Normal-family posterior / no weights
-                    pass
             if val is not None:
                 metrics = evaluate(model, guide, *val, num_samples=val_samples)
                 record.update({f"val_{k}": v for k, v in metrics.items()})
-            history.epochs.append(record)
-            shown = "  ".join(f"{k} {v:.4g}" for k, v in record.items() if k in ("nll", "kl", "sparsity", "val_accuracy", "val_nll", "val_rmse"))
-            bar.update(task, stats=shown)
+            for callback in callbacks:
+                callback(epoch, record)
+            run.history.epochs.append(record)
             if checkpoint is not None:
-                save_checkpoint(checkpoint, {
-                    "model": model.state_dict(),
-                    "guide": guide.state_dict(),
-                    "optimizer": optim.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "epoch": epoch,
-                    "history": history.epochs,
-                    "rng": rng_state(),
-                    "config": config or {},
-                })
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, record)
-    return history
+                run.save(checkpoint, epoch, config)
+    return run.history
+
+
+@dataclass
+class _Run:
+    """What one training run carries between epochs: model, guide, optimiser, scheduler, history."""
+
+    model: torch.nn.Module
+    guide: torch.nn.Module
+    optim: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    history: History
+
+    def resume(self, checkpoint, device) -> int:
+        """Restore a checkpoint written by :meth:`save`; returns the epoch to start from."""
+        state = load_checkpoint(checkpoint, map_location=device)
+        self.model.load_state_dict(state["model"])
+        self.guide.load_state_dict(state["guide"])
+        self.optim.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.history.epochs = list(state["history"])
+        set_rng_state(state["rng"])
+        return state["epoch"] + 1
+
+    def save(self, checkpoint, epoch: int, config: Optional[dict]) -> None:
+        save_checkpoint(checkpoint, {
+            "model": self.model.state_dict(),
+            "guide": self.guide.state_dict(),
+            "optimizer": self.optim.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "epoch": epoch,
+            "history": self.history.epochs,
+            "rng": rng_state(),
+            "config": config or {},
+        })
+
+    def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
+              on_step) -> dict:
+        """One pass over ``batches`` (index tensors); returns the epoch's record."""
+        tick = time.perf_counter()
+        num_data, steps = x.shape[0], len(batches)
+        totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, kl, beta
+        for step, idx in enumerate(batches):
+            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            b = beta(epoch, step, steps)
+            terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
+                             num_particles=num_particles)
+            # one device-to-host copy per step for the logged terms
+            values = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(terms.nll)]).tolist()
+            if not math.isfinite(values[0]):
+                kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""
+                raise TrainingDiverged(
+                    f"loss became {values[0]} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
+                    f"lr={self.optim.param_groups[0]['lr']:g}); training stopped.{kept} Lower the learning "
+                    "rate or init_rho, or check the inputs for NaN."
+                )
+            totals += torch.tensor(values + [b], dtype=torch.float64)
+            on_step(epoch, step, totals[0].item() / ((step + 1) * num_data))
+        loss, nll, kl, mean_beta = (totals / steps).tolist()
+        return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
+                "lr": self.optim.param_groups[0]["lr"], "seconds": time.perf_counter() - tick}

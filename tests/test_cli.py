@@ -1,17 +1,21 @@
-"""The ``pyrobnn`` command line: train/evaluate round trip, bad inputs, help text."""
+"""The ``pyrobnn`` command line: train/evaluate/prune round trip, reproducibility, resume, errors, help."""
 
 from __future__ import annotations
 
-import dataclasses
+import ast
+import inspect
 import json
 import re
+import shutil
 
 import pytest
 import torch
 
+from pyrobnn import __version__, config as config_module, cli as cli_module
 from pyrobnn import data as pyrobnn_data
-from pyrobnn.cli import main
-from pyrobnn.config import RunConfig
+from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
+from pyrobnn.cli import epoch_line, main
+from pyrobnn.config import ESTIMATORS, RESUMABLE, RunConfig
 
 
 def run_cli(argv):
@@ -21,6 +25,23 @@ def run_cli(argv):
     except SystemExit as exit_:
         return exit_.code
     return 0
+
+
+def error_line(capsys) -> str:
+    """The captured stderr, which must be exactly one line ``error: ...``; returns it."""
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+MOONS = ["--dataset", "two-moons", "--train-size", 100, "--test-size", 100, "--hidden", 8, "--batch-size", 50,
+         "--num-samples", 5, "--no-progress"]
+
+
+def without_seconds(history):
+    return [{k: v for k, v in record.items() if k != "seconds"} for record in history]
 
 
 # ----------------------------------------------------------------------------- round trip
@@ -33,10 +54,17 @@ def mnist_run(tmp_path_factory, data_root):
     out = tmp_path_factory.mktemp("cli") / "run"
     code = run_cli([
         "train", "--dataset", "mnist", "--data-root", data_root, "--train-size", 1000, "--test-size", 500,
-        "--epochs", 1, "--hidden", 32, "--batch-size", 32, "--lr", 0.01, "--samples", 10,
+        "--epochs", 1, "--hidden", 32, "--batch-size", 32, "--lr", 0.01, "--num-samples", 10,
         "--no-progress", "--out", out,
     ])
     assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def moons_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "moons"
+    assert run_cli(["train", *MOONS, "--epochs", 2, "--seed", 3, "--out", out]) == 0
     return out
 
 
@@ -51,7 +79,9 @@ def test_train_writes_checkpoint_metrics_and_diagram(mnist_run):
     assert 0 <= test["ece"] <= 1 and 0 <= test["brier"] <= 2 and test["nll"] > 0
     assert len(metrics["history"]) == 1 and metrics["history"][0]["epoch"] == 1
     config = metrics["config"]
-    assert config["train_size"] == 1000 and config["hidden"] in ([32], (32,)) and config["epochs"] == 1
+    assert config["data"]["train_size"] == 1000 and config["model"]["hidden"] == [32]
+    assert config["optim"]["epochs"] == 1 and config["output"]["num_samples"] == 10
+    assert RunConfig.from_dict(config).model.hidden == (32,)
     # no temporary files left by the atomic writes
     assert sorted(p.name for p in mnist_run.iterdir()) == ["checkpoint.pt", "metrics.json", "reliability.png"]
 
@@ -59,42 +89,159 @@ def test_train_writes_checkpoint_metrics_and_diagram(mnist_run):
 def test_evaluate_checkpoint_writes_json(mnist_run, tmp_path, capsys):
     trained = json.loads((mnist_run / "metrics.json").read_text())["test"]
     out = tmp_path / "eval" / "eval.json"
-    code = run_cli(["evaluate", "--checkpoint", mnist_run / "checkpoint.pt", "--samples", 10, "--json", out,
-                    "--device", "cpu", "--reliability", tmp_path / "plots"])
+    diagram = tmp_path / "plots" / "diagram.png"
+    code = run_cli(["evaluate", "--checkpoint", mnist_run / "checkpoint.pt", "--num-samples", 10, "--json", out,
+                    "--device", "cpu", "--reliability", diagram])
     assert code == 0
     payload = json.loads(out.read_text())
     test = payload["test"]
     assert set(test) >= {"accuracy", "nll", "ece", "brier"}
     assert all(isinstance(test[k], float) for k in ("accuracy", "nll", "ece", "brier"))
-    assert payload["samples"] == 10
+    assert payload["num_samples"] == 10 and payload["seed"] == 0
     # same 500 test examples, another 10 posterior draws
     assert abs(test["accuracy"] - trained["accuracy"]) < 0.04
     assert abs(test["nll"] - trained["nll"]) < 0.15
     assert "accuracy" in capsys.readouterr().out
-    assert (tmp_path / "plots" / "reliability.png").is_file()
+    assert diagram.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_resume_continues_the_run(tmp_path):
-    out = tmp_path / "moons"
-    common = ["train", "--dataset", "two-moons", "--train-size", 100, "--test-size", 100, "--hidden", 8,
-              "--samples", 5, "--batch-size", 50, "--no-progress", "--out", out]
-    assert run_cli(common + ["--epochs", 1]) == 0
-    first = json.loads((out / "metrics.json").read_text())["history"]
-    assert run_cli(common + ["--epochs", 3, "--resume"]) == 0
-    history = json.loads((out / "metrics.json").read_text())["history"]
-    assert [r["epoch"] for r in history] == [1, 2, 3]
-    assert history[0]["loss"] == first[0]["loss"]
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["epoch"] == 2
+def test_train_records_and_prints_readable_epoch_lines(moons_run, capsys):
+    history = json.loads((moons_run / "metrics.json").read_text())["history"]
+    record = history[-1]
+    # the normal guide has a principled pruning rule (signal-to-noise): its sparsity is recorded
+    assert 0 <= record["sparsity"] <= 1
+    assert isinstance(record["layer_sparsity"], dict) and record["layer_sparsity"]
+    assert all(0 <= v <= 1 for v in record["layer_sparsity"].values())
+    line = epoch_line(record, 2)
+    assert line.startswith("epoch 2/2  loss ") and "/example" in line and " nats" in line and "(mean)" in line
+    assert re.search(r"sparsity \d+\.\d % \(", line) and line.endswith(" s")
+
+
+def test_epoch_line_numbers_are_readable():
+    record = {"epoch": 3, "loss": 0.231234, "nll": 0.2, "kl": 1234.56, "beta": 3e-139, "lr": 1e-3,
+              "seconds": 12.34, "sparsity": 0.451, "layer_sparsity": {"net.0.weight": 0.402, "net.2.weight": 0.6},
+              "val_accuracy": 0.9712, "val_nll": 0.1}
+    line = epoch_line(record, 10)
+    assert line == ("epoch 3/10  loss 0.2312/example  nll 0.2/example  kl 1235 nats  beta 0 (mean)  lr 0.001  "
+                    "sparsity 45.1 % (net.0 40.2 %, net.2 60.0 %)  val acc 97.1 %  val nll 0.1  12.3 s")
+    assert "e-" not in epoch_line({"epoch": 1, "beta": 2e-5, "kl": 5e6}, 1).replace("2.0e-05", "")
 
 
 @pytest.mark.parametrize("bayesian, sites", [("all", 4), ("last-layer", 2), ("*.weight", 2), ("none", 0)])
 def test_cli_bayesian_selection(tmp_path, bayesian, sites):
     out = tmp_path / "run"
     assert run_cli(["train", "--dataset", "two-moons", "--train-size", 60, "--test-size", 40, "--hidden", 8,
-                    "--epochs", 1, "--samples", 3, "--bayesian", bayesian, "--no-progress", "--out", out]) == 0
-    guide_state = torch.load(out / "checkpoint.pt", weights_only=False)["guide"]
-    assert len([k for k in guide_state if k.endswith("_loc")]) == sites
-    assert json.loads((out / "metrics.json").read_text())["config"]["bayesian"] == bayesian
+                    "--epochs", 1, "--num-samples", 3, "--bayesian", bayesian, "--no-progress", "--out", out]) == 0
+    guide_state = load_checkpoint(out / "checkpoint.pt")["guide"]
+    assert len([k for k in guide_state if "loc" in k]) == sites
+    assert json.loads((out / "metrics.json").read_text())["config"]["model"]["bayesian"] == bayesian
+
+
+# ----------------------------------------------------------------------------- reproducibility
+
+
+def test_train_twice_with_the_same_seed_gives_identical_metrics(moons_run, tmp_path):
+    again = tmp_path / "again"
+    assert run_cli(["train", *MOONS, "--epochs", 2, "--seed", 3, "--out", again]) == 0
+    first = json.loads((moons_run / "metrics.json").read_text())
+    second = json.loads((again / "metrics.json").read_text())
+    assert second["test"] == first["test"]
+    assert without_seconds(second["history"]) == without_seconds(first["history"])
+    other = tmp_path / "other-seed"
+    assert run_cli(["train", *MOONS, "--epochs", 2, "--seed", 4, "--out", other]) == 0
+    assert json.loads((other / "metrics.json").read_text())["history"][0]["loss"] != first["history"][0]["loss"]
+
+
+def test_evaluate_twice_gives_identical_numbers(moons_run, tmp_path):
+    outs = [tmp_path / f"eval{i}.json" for i in range(3)]
+    for out, seed in zip(outs, (5, 5, 6)):
+        assert run_cli(["evaluate", "--checkpoint", moons_run / "checkpoint.pt", "--num-samples", 5,
+                        "--seed", seed, "--json", out]) == 0
+    first, second, other = (json.loads(out.read_text())["test"] for out in outs)
+    assert first == second
+    assert other != first  # another seed, other Monte-Carlo draws
+
+
+def test_prune_twice_gives_identical_numbers(moons_run, tmp_path):
+    outs = [tmp_path / f"prune{i}.json" for i in range(2)]
+    for out in outs:
+        assert run_cli(["prune", "--checkpoint", moons_run / "checkpoint.pt", "--method", "random",
+                        "--num-samples", 5, "--seed", 2, "--json", out]) == 0
+    first, second = (json.loads(out.read_text()) for out in outs)
+    assert first == second and first["seed"] == 2
+    assert set(first) >= {"before", "after", "sparsity"}
+
+
+def test_prune_writes_a_loadable_pruned_checkpoint(moons_run, tmp_path):
+    pruned = tmp_path / "pruned.pt"
+    assert run_cli(["prune", "--checkpoint", moons_run / "checkpoint.pt", "--method", "magnitude",
+                    "--fraction", 0.5, "--num-samples", 3, "--out", pruned]) == 0
+    assert load_checkpoint(pruned)["config"] == load_checkpoint(moons_run / "checkpoint.pt")["config"]
+    assert run_cli(["evaluate", "--checkpoint", pruned, "--num-samples", 3]) == 0
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def test_cli_resume_continues_the_run_exactly(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert run_cli(["train", *MOONS, "--epochs", 3, "--out", straight]) == 0
+    assert run_cli(["train", *MOONS, "--epochs", 1, "--out", resumed]) == 0
+    # epochs, the report's samples and the progress bar may change on resume
+    assert run_cli(["train", *MOONS, "--epochs", 3, "--resume", "--progress", "--out", resumed]) == 0
+    history = json.loads((resumed / "metrics.json").read_text())["history"]
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+    full = json.loads((straight / "metrics.json").read_text())
+    assert without_seconds(history) == without_seconds(full["history"])
+    assert json.loads((resumed / "metrics.json").read_text())["test"] == full["test"]
+    assert load_checkpoint(resumed / "checkpoint.pt")["epoch"] == 2
+
+
+@pytest.mark.parametrize("change, flag", [
+    (["--lr", 0.01], "--lr"),
+    (["--hidden", 16], "--hidden"),
+    (["--dataset", "sinusoid", "--train-size", 100], "--dataset"),
+    (["--prior", "scale-mixture"], "--prior"),
+    (["--guide", "additive", "--prior", "log-uniform"], "--guide"),
+    (["--seed", 1], "--seed"),
+    (["--num-particles", 2], "--num-particles"),
+    (["--beta", "constant"], "--beta"),
+], ids=["lr", "width", "dataset", "prior", "guide", "seed", "particles", "beta"])
+def test_resume_with_other_options_is_refused_before_anything_is_written(moons_run, tmp_path, capsys,
+                                                                         change, flag):
+    run = tmp_path / "run"
+    shutil.copytree(moons_run, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    capsys.readouterr()
+    assert run_cli(["train", *MOONS, "--seed", 3, "--epochs", 4, *change, "--resume", "--out", run]) == 2
+    line = error_line(capsys)
+    assert "--resume" in line and str(run / "checkpoint.pt") in line and f"{flag} " in line
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_resumable_options_are_documented_in_the_resume_help(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(_help(["train", "--help"], capsys).split()).replace("│", "")
+    text = " ".join(text.split())
+    assert all(flag in text for flag in ("--epochs", "--num-samples", "--device", "--data-root"))
+    assert "may differ from the run that wrote it" in text
+    assert set(RESUMABLE) <= set(RunConfig().flags())
+
+
+def test_checkpoint_of_another_network_is_one_line_naming_the_file(moons_run, tmp_path, capsys):
+    wide = tmp_path / "wide"
+    assert run_cli(["train", *MOONS, "--hidden", 16, "--epochs", 1, "--out", wide]) == 0
+    state = load_checkpoint(wide / "checkpoint.pt")
+    state["config"] = load_checkpoint(moons_run / "checkpoint.pt")["config"]  # claims 8 hidden units
+    forged = tmp_path / "forged" / "checkpoint.pt"
+    save_checkpoint(forged, state)
+    capsys.readouterr()
+    assert run_cli(["evaluate", "--checkpoint", forged, "--num-samples", 3]) == 2
+    line = error_line(capsys)
+    assert str(forged) in line and "does not fit" in line
+    assert run_cli(["train", *MOONS, "--epochs", 3, "--seed", 3, "--resume", "--out", forged.parent]) == 2
+    assert str(forged) in error_line(capsys)
+    assert not (forged.parent / "metrics.json").exists()
 
 
 # ----------------------------------------------------------------------------- bad inputs
@@ -108,40 +255,71 @@ def _no_download(fetch, dirs):
     "args, message",
     [
         (["--dataset", "imagenet"], "unknown dataset"),
-        (["--dataset", "two-moons", "--prior", "scale-mixture", "--pi", 1.5], "pi"),
-        (["--dataset", "two-moons", "--prior-scale", -1], "scale"),
+        (["--dataset", "two-moons", "--prior", "scale-mixture", "--prior.pi", 1.5], "pi"),
+        (["--dataset", "two-moons", "--prior.scale", -1], "scale"),
         (["--dataset", "mnist", "--data-root", "{tmp}/missing-data"], "not found"),
         (["--dataset", "two-moons", "--epochs", 0], "epochs"),
-        (["--dataset", "two-moons", "--batch-size", 0], "batch_size"),
+        (["--dataset", "two-moons", "--batch-size", 0], "batch-size"),
         (["--dataset", "two-moons", "--model", "resnet9000"], "unknown model"),
-        (["--dataset", "two-moons", "--train-size", 0], "train_size"),
+        (["--dataset", "two-moons", "--train-size", 0], "train-size"),
+        (["--dataset", "two-moons", "--guide", "additive", "--guide.share", "row"], "--guide.share does not apply"),
+        (["--dataset", "two-moons", "--prior.pi", 0.5], "--prior.pi does not apply to --prior gaussian"),
+        (["--dataset", "two-moons", "--likelihood", "gaussian"], "regression"),
     ],
     ids=["unknown-dataset", "pi", "prior-scale", "missing-data-root", "epochs", "batch-size", "model",
-         "train-size"],
+         "train-size", "share-with-additive", "pi-with-gaussian", "likelihood-task"],
 )
 def test_cli_bad_inputs_exit_2_and_write_nothing(args, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pyrobnn_data, "_try_download", _no_download)  # never reach the network
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(pyrobnn_data, "_try_download", _no_download, raising=False)  # never reach the network
     args = [a.replace("{tmp}", str(tmp_path)) if isinstance(a, str) else a for a in args]
     out = tmp_path / "run"
     code = run_cli(["train", *args, "--hidden", 8, "--no-progress", "--out", out])
     assert code == 2
-    printed = capsys.readouterr()
-    text = " ".join((printed.out + printed.err).split())
-    assert "error" in text.lower() and message in text, text
+    line = error_line(capsys)
+    assert message in line, line
     assert not out.exists()
     assert not (tmp_path / "missing-data").exists()
 
 
+def test_long_error_is_not_wrapped(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    assert run_cli(["train", "--dataset", "imagenet", "--out", tmp_path / "run"]) == 2
+    line = error_line(capsys)
+    assert len(line) > 80 and "folder:PATH" in line
+
+
 @pytest.mark.parametrize(
     "args",
-    [["--prior", "laplace"], ["--epochs", "three"], ["--no-such-option", "1"]],
-    ids=["bad-choice", "bad-int", "unknown-option"],
+    [["--prior", "laplace"], ["--epochs", "three"], ["--no-such-option", "1"], ["--samples", "3"]],
+    ids=["bad-choice", "bad-int", "unknown-option", "old-flag-name"],
 )
 def test_cli_parse_errors_exit_2_and_write_nothing(args, tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli(["train", "--dataset", "two-moons", *args, "--out", out]) == 2
+    line = error_line(capsys)
+    assert args[0] in line or "three" in line
     assert not out.exists()
+
+
+def test_out_that_is_a_file_fails_before_training(tmp_path, capsys):
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    assert run_cli(["train", *MOONS, "--epochs", 1, "--out", existing]) == 2
+    assert "--out" in error_line(capsys) and existing.read_text() == "keep me"
+    below = existing / "run"
+    assert run_cli(["train", *MOONS, "--epochs", 1, "--out", below]) == 2
+    assert "not a directory" in error_line(capsys)
+
+
+def test_unwritable_out_fails_before_training(tmp_path, capsys):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert run_cli(["train", *MOONS, "--epochs", 1, "--out", locked / "run"]) == 2
+    assert "not writable" in error_line(capsys)
 
 
 def test_cuda_without_cuda_exits_2(tmp_path, capsys):
@@ -149,13 +327,13 @@ def test_cuda_without_cuda_exits_2(tmp_path, capsys):
         pytest.skip("CUDA is available here")
     out = tmp_path / "run"
     assert run_cli(["train", "--dataset", "two-moons", "--device", "cuda", "--out", out]) == 2
-    assert "CUDA" in capsys.readouterr().out
+    assert "CUDA" in error_line(capsys)
     assert not out.exists()
 
 
 def test_cli_divergence_is_a_clean_error_and_keeps_the_checkpoint(tmp_path, capsys):
-    """A NaN/inf loss is reported as an error message and a non-zero exit, not a traceback;
-    the checkpoint of the last good epoch stays usable."""
+    """A NaN/inf loss is one error line and exit status 1, not a traceback; the checkpoint of the
+    last good epoch stays usable and no metrics are written."""
     out = tmp_path / "run"
     # one minibatch per epoch: epoch 1 is fine, its Adam step (lr 1e30) makes the epoch-2 loss inf
     argv = ["train", "--dataset", "two-moons", "--train-size", 50, "--test-size", 50, "--hidden", 8,
@@ -164,17 +342,36 @@ def test_cli_divergence_is_a_clean_error_and_keeps_the_checkpoint(tmp_path, caps
         code = run_cli(argv)
     except FloatingPointError as error:  # TrainingDiverged escaping main()
         pytest.fail(f"pyrobnn train let TrainingDiverged escape as a traceback: {error}")
-    assert code not in (0, None)
-    text = " ".join(capsys.readouterr().out.split())
-    assert "error" in text.lower() and "epoch 2" in text
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["epoch"] == 0
+    assert code == 1
+    line = error_line(capsys)
+    assert "diverged" in line and "epoch 2" in line
+    assert load_checkpoint(out / "checkpoint.pt")["epoch"] == 0
     assert not (out / "metrics.json").exists()
 
 
 def test_evaluate_missing_checkpoint_exits_2(tmp_path, capsys):
     code = run_cli(["evaluate", "--checkpoint", tmp_path / "nope.pt", "--json", tmp_path / "e.json"])
     assert code == 2
-    assert "does not exist" in " ".join(capsys.readouterr().out.split())
+    assert "does not exist" in error_line(capsys)
+    assert not (tmp_path / "e.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random-bytes", "directory", "not-pyrobnn", "pickled-object"])
+def test_evaluate_bad_checkpoint_is_one_line_naming_the_file(moons_run, tmp_path, capsys, kind):
+    path = tmp_path / "checkpoint.pt"
+    data = (moons_run / "checkpoint.pt").read_bytes()
+    if kind == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "random-bytes":
+        path.write_bytes(torch.randint(0, 256, (2000,), dtype=torch.uint8).numpy().tobytes())
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "not-pyrobnn":
+        torch.save({"weight": torch.zeros(3)}, path)
+    else:
+        torch.save({**load_checkpoint(moons_run / "checkpoint.pt"), "extra": inspect.Parameter}, path)
+    assert run_cli(["evaluate", "--checkpoint", path, "--json", tmp_path / "e.json"]) == 2
+    assert str(path) in error_line(capsys)
     assert not (tmp_path / "e.json").exists()
 
 
@@ -187,17 +384,76 @@ def _help(argv, capsys):
     return captured.out + captured.err
 
 
-def test_help_lists_subcommands_and_every_run_config_field(capsys, monkeypatch):
+def test_version(capsys):
+    assert run_cli(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"pyrobnn {__version__}"
+    assert "--version" in _help(["--help"], capsys)
+
+
+def test_help_lists_subcommands_and_every_option(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     top = _help(["--help"], capsys)
-    assert "train" in top and "evaluate" in top
+    assert all(command in top for command in ("train", "evaluate", "prune"))
 
     train_help = _help(["train", "--help"], capsys)
-    flags = set(re.findall(r"--[a-z0-9][a-z0-9-]*", train_help))
-    missing = [f.name for f in dataclasses.fields(RunConfig) if "--" + f.name.replace("_", "-") not in flags]
+    flags = set(re.findall(r"--[a-z0-9][a-z0-9.-]*[a-z0-9]", train_help))
+    missing = [flag for flag in RunConfig().flags() if flag not in flags]
     assert not missing, f"train --help does not list {missing}"
-    assert "--no-progress" in flags
+    assert {"--no-progress", "--num-particles", "--num-samples", "--prior.scale", "--beta.value"} <= flags
+    assert not flags & {"--particles", "--samples", "--prior-scale", "--beta-value", "--noise-scale"}
+    for group in ("data", "model", "prior", "guide", "likelihood", "optimisation", "beta", "output"):
+        assert f"{group} options" in train_help, group
+    assert "(default: None)" not in train_help
 
-    evaluate_help = _help(["evaluate", "--help"], capsys)
-    for flag in ("--checkpoint", "--samples", "--json", "--data-root", "--test-size", "--device"):
-        assert flag in evaluate_help, flag
+    for command in ("evaluate", "prune"):
+        text = _help([command, "--help"], capsys)
+        for flag in ("--checkpoint", "--num-samples", "--seed", "--json", "--data-root", "--device"):
+            assert flag in text, (command, flag)
+
+
+def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
+    from pyrobnn.analysis.prune import METHODS
+    from pyrobnn.guides import GUIDES
+    from pyrobnn.models import MODELS
+    from pyrobnn.priors import PRIORS
+    from pyrobnn.schedules import SCHEDULES
+
+    try:
+        from pyrobnn.handlers import ESTIMATORS as registry
+        assert ESTIMATORS == tuple(registry)
+    except ImportError:
+        pass
+    monkeypatch.setenv("COLUMNS", "200")
+    train_help = _help(["train", "--help"], capsys)
+    for flag, names in (("--prior", PRIORS), ("--guide", GUIDES), ("--beta", SCHEDULES),
+                        ("--estimator", ESTIMATORS)):
+        assert f"{flag} {{{','.join(names)}}}" in train_help, flag
+    assert "{" + ",".join(MODELS) + ",tv:NAME}" in train_help
+    assert "log-variance" in train_help and "cross-entropy" in train_help
+    assert "log_variance" not in train_help and "cross_entropy" not in train_help
+    prune_help = _help(["prune", "--help"], capsys)
+    assert all(name in prune_help for name in METHODS)
+
+
+def test_option_docstrings_are_single_lines():
+    """tyro keeps the newlines of a field docstring: every one must be a single line."""
+    for module in (config_module, cli_module):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for previous, statement in zip(node.body, node.body[1:]):
+                if (isinstance(previous, ast.AnnAssign) and isinstance(statement, ast.Expr)
+                        and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)):
+                    doc = statement.value.value
+                    assert "\n" not in doc and doc.strip(), (module.__name__, node.name, doc)
+                    assert "default" not in doc.lower(), (node.name, doc)  # tyro prints the default
+
+
+def test_config_round_trip_and_unknown_options():
+    cfg = RunConfig()
+    cfg.guide.parameterization = "log-variance"
+    cfg.model.hidden = (16, 8)
+    assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="optim.particles"):
+        RunConfig.from_dict({"optim": {"particles": 3}})

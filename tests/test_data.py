@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from pyrobnn import data as D
+from pyrobnn.data import images, sources
 from pyrobnn.data import DATASETS, cache_dir, cubic, data_root, load_dataset, sinusoid, two_moons
 
 SHARED = Path(os.environ.get("PYROBNN_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
@@ -215,6 +216,32 @@ def test_bad_sizes_via_load_dataset():
         load_dataset("mnist", SHARED, train_size=10, val_size=10, download=False)
 
 
+def test_registry_names_and_aliases():
+    assert list(DATASETS) == ["mnist", "fashion-mnist", "cifar10", "two-moons", "cubic", "sinusoid"]
+    assert all(callable(load) for load in DATASETS.values())
+    for alias in ("moons", "Two_Moons", " twomoons "):
+        assert load_dataset(alias).name == "two-moons"
+    # a registry entry is what load_dataset calls, with the same arguments
+    a = load_dataset("cubic", train_size=12, test_size=7, val_size=2, seed=5)
+    b = DATASETS["cubic"](None, True, train_size=12, test_size=7, val_size=2, seed=5)
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_val, b.y_val) and len(a.x_test) == 7
+
+
+def test_download_goes_through_sources(tmp_path, monkeypatch):
+    """Both torchvision-backed loaders ask sources.try_download (the one place to stub out the network)."""
+    calls = []
+
+    def offline(fetch, dirs):
+        calls.append(dirs[0])
+        return ConnectionError("offline (test)")
+
+    monkeypatch.setattr(sources, "try_download", offline)
+    for name in ("mnist", "fashion-mnist", "cifar10"):
+        with pytest.raises(FileNotFoundError, match="offline"):
+            load_dataset(name, tmp_path / "r", download=True)
+    assert calls == [tmp_path / "r"] * 3 and not (tmp_path / "r").exists()
+
+
 def test_unknown_dataset():
     with pytest.raises(ValueError) as e:
         load_dataset("imagenet")
@@ -316,7 +343,7 @@ def test_cifar10_tarball_extracts_once_and_caches(tmp_path, monkeypatch):
         raise AssertionError("cache not used")
 
     monkeypatch.setattr(tarfile, "open", boom)
-    monkeypatch.setattr(D, "decode_image_folder", boom)
+    monkeypatch.setattr(images, "decode_image_folder", boom)
     mtime = npz.stat().st_mtime_ns
     d2 = load_dataset("cifar10", root, download=False, train_size=5, seed=1)
     assert npz.stat().st_mtime_ns == mtime

@@ -92,7 +92,7 @@ def test_guide_samples_have_mean_mu_and_std_softplus_rho():
     guide = NormalGuide(model)
     g = torch.Generator().manual_seed(1)
     for name in guide.site_names:
-        loc, rho = guide.param(name, "loc"), guide.param(name, "rho")
+        loc, rho = guide.param(name, "locs"), guide.param(name, "rhos")
         with torch.no_grad():
             loc.copy_(torch.randn(loc.shape, generator=g))
             rho.copy_(torch.randn(rho.shape, generator=g) - 1.0)
@@ -101,7 +101,7 @@ def test_guide_samples_have_mean_mu_and_std_softplus_rho():
     for name in guide.site_names:
         w = torch.stack([d[name] for d in draws]).double()
         mu, sigma = (t.detach().double() for t in guide.loc_scale(name))
-        torch.testing.assert_close(sigma, F.softplus(guide.param(name, "rho").detach().double()))
+        torch.testing.assert_close(sigma, F.softplus(guide.param(name, "rhos").detach().double()))
         z_mean = (w.mean(0) - mu) / (sigma / math.sqrt(n))
         z_std = (w.std(0) - sigma) / (sigma / math.sqrt(2 * (n - 1)))
         assert z_mean.abs().max().item() < 5, name
@@ -116,7 +116,7 @@ def test_guide_sampling_is_reparameterised():
     loc, scale = guide.loc_scale(name)
     eps = ((w - loc) / scale).detach()
     w.sum().backward()
-    loc_p, rho_p = guide.param(name, "loc"), guide.param(name, "rho")
+    loc_p, rho_p = guide.param(name, "locs"), guide.param(name, "rhos")
     torch.testing.assert_close(loc_p.grad, torch.ones_like(loc_p))
     torch.testing.assert_close(rho_p.grad, eps * torch.sigmoid(rho_p.detach()))
 
@@ -125,8 +125,8 @@ def test_guide_init_options():
     model = BayesianNetwork(small_mlp(), num_data=10)
     zeros = NormalGuide(model, init_loc="zeros")
     for name in zeros.site_names:
-        assert torch.count_nonzero(zeros.param(name, "loc")) == 0
-    custom = NormalGuide(model, init_loc=lambda site: torch.full(site.shape, 0.5), init_rho=-2.0)
+        assert torch.count_nonzero(zeros.param(name, "locs")) == 0
+    custom = NormalGuide(model, init_loc=lambda site: torch.full(site.shape, 0.5), init_rho=-2.0, name="custom")
     for name in custom.site_names:
         loc, scale = custom.loc_scale(name)
         assert torch.all(loc == 0.5)
@@ -276,7 +276,7 @@ def test_readme_twenty_line_svi_script(loss):
     test_probs = predict(model, guide, data.x_test, num_samples=20)["probs"]
     assert (test_probs.argmax(-1) == data.y_test).float().mean().item() > 0.8
     # SVI trained the guide's parameters (they are in Pyro's parameter store)
-    assert any(name.endswith("_rho") for name in pyro.get_param_store().keys())
+    assert any(".rhos." in name for name in pyro.get_param_store().keys())
 
 
 # ----------------------------------------------------------------------------- selection

@@ -12,7 +12,7 @@ from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
 from pyrobnn.gaussian_weight import GaussianWeight
-from pyrobnn.handlers import flipout, local_reparameterization, weight_sampling
+from pyrobnn.handlers import ESTIMATORS, flipout, local_reparameterization, weight_sampling
 from pyrobnn.train import make_optimizer, svi_step
 
 S = 20000  # Monte-Carlo draws per check
@@ -42,7 +42,7 @@ def test_linear_preactivations_have_the_moments_of_weight_sampling(mode):
     mean = F.linear(x, w_loc, b_loc)
     var = F.linear(x**2, w_scale**2, b_scale**2)
     # the handler's way: one batch per draw
-    out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, mode), GaussianWeight(b_loc, b_scale, mode))
+    out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()), GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()))
                        for _ in range(S)])
     _check_moments(out, mean, var, mode)
     # the reference: sampled weights, same closed-form moments
@@ -58,7 +58,7 @@ def test_conv2d_preactivations_have_the_moments_of_weight_sampling(mode):
     (w_loc, w_scale), (b_loc, b_scale) = _gaussian((3, 2, 3, 3), 3), _gaussian((3,), 4)
     mean = F.conv2d(x, w_loc, b_loc, padding=1)
     var = F.conv2d(x**2, w_scale**2, b_scale**2, padding=1)
-    out = torch.stack([F.conv2d(x, GaussianWeight(w_loc, w_scale, mode), GaussianWeight(b_loc, b_scale, mode),
+    out = torch.stack([F.conv2d(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()), GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()),
                                 padding=1) for _ in range(S // 4)])
     _check_moments(out, mean, var, mode)
 
@@ -68,11 +68,11 @@ def test_flipout_examples_are_decorrelated_but_local_draws_are_independent():
     x = torch.ones(2, 6, dtype=torch.float64)  # two identical examples
     w_loc, w_scale = torch.zeros(1, 6, dtype=torch.float64), torch.ones(1, 6, dtype=torch.float64)
     for mode in ("local", "flipout"):
-        out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, mode)) for _ in range(5000)])[..., 0]
+        out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]())) for _ in range(5000)])[..., 0]
         corr = torch.corrcoef(out.T)[0, 1]
         assert abs(corr) < 0.1, f"{mode}: identical examples correlated ({corr:.2f})"
     # plain weight sampling: one weight for the batch, identical examples are perfectly correlated
-    shared = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale).sample()) for _ in range(500)])[..., 0]
+    shared = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, None).sample()) for _ in range(500)])[..., 0]
     assert torch.corrcoef(shared.T)[0, 1] > 0.99
 
 
@@ -85,17 +85,24 @@ def test_gradients_reach_mu_and_rho(handler):
     with handler():
         MeanFieldELBO().terms(model, guide, x, y).loss.backward()
     for name in guide.site_names:
-        for role in ("loc", "rho"):
+        for role in ("locs", "rhos"):
             grad = guide.param(name, role).grad
             assert grad is not None and grad.abs().sum() > 0, f"no gradient for {name} {role}"
 
 
-@pytest.mark.parametrize("handler", [local_reparameterization, flipout])
-def test_non_normal_posterior_is_refused(handler):
-    def guide():
-        pyro.sample("w", dist.Laplace(torch.zeros(3), 1.0).to_event(1))
+@pytest.mark.parametrize("handler", [local_reparameterization, flipout, weight_sampling])
+def test_non_normal_latent_sites_pass_through_and_refuse_particles(handler):
+    """A non-Normal latent (e.g. a Laplace weight, a Gamma noise scale) is sampled as usual; under
+    vectorized particles it cannot be drawn S times, so the handler says so (svi_step then loops)."""
+    from pyrobnn.particles import ParticlesUnsupported
 
-    with handler(), pytest.raises(ValueError, match=r"site 'w'.*Laplace"):
+    def guide():
+        return pyro.sample("w", dist.Laplace(torch.zeros(3), 1.0).to_event(1))
+
+    with handler():
+        value = guide()
+    assert type(value) is torch.Tensor and value.shape == (3,) and value.abs().sum() > 0
+    with handler(num_particles=2, batch_size=4), pytest.raises(ParticlesUnsupported, match=r"site 'w'.*Laplace"):
         guide()
 
 
@@ -166,7 +173,7 @@ def test_vectorized_prediction_of_convolutional_and_token_networks_is_weight_sam
     predictive draws S weight samples for them, so its outputs have the moments of the loop's; a
     network using a Bayesian parameter outside a layer (the ViT's positional embedding) falls back to
     the loop, and refuses vectorized=True clearly."""
-    from pyrobnn.gaussian_weight import ParticlesUnsupported
+    from pyrobnn.particles import ParticlesUnsupported
     from pyrobnn.models import LeNet5, ViT
     from pyrobnn.predict import predictive_outputs
 
@@ -190,7 +197,7 @@ def test_vectorized_particles_average_the_elbo_over_particles():
     """With tiny posterior noise, S vectorized particles give the same NLL as one particle."""
     model, guide = _small_model()
     for name in guide.site_names:
-        guide.param(name, "rho").data.fill_(-30.0)
+        guide.param(name, "rhos").data.fill_(-30.0)
     x, y = torch.randn(8, 3), torch.randint(0, 4, (8,))
     one = MeanFieldELBO().terms(model, guide, x, y)
     with local_reparameterization(num_particles=5, batch_size=8):
@@ -215,7 +222,7 @@ def _particle_terms(model, guide, x, y, particles):
     traced_guide = pyro.poutine.trace(guide)
     with weight_sampling(num_particles=particles, batch_size=len(x)):
         terms = MeanFieldELBO().terms(model, traced_guide, x, y)
-    draws = {name: site["value"].particle_samples() for name, site in traced_guide.trace.nodes.items()
+    draws = {name: site["value"].particle_samples(particles) for name, site in traced_guide.trace.nodes.items()
              if site["type"] == "sample" and isinstance(site["value"], GaussianWeight)}
     return terms, draws
 
@@ -244,7 +251,7 @@ def test_vectorized_weight_sampling_is_the_mean_of_per_particle_elbos(prior, net
         logits = pyro.poutine.condition(model.net, data=weights)(x)
         nll = nll + F.cross_entropy(logits, y, reduction="sum") * 60 / 6
         for site in model.sites():
-            q = guide.get_posterior(site.name)
+            q = guide.posterior(site.name)
             p = site.prior(site.init)
             try:
                 kl = kl + torch.distributions.kl_divergence(q, p)
@@ -253,7 +260,7 @@ def test_vectorized_weight_sampling_is_the_mean_of_per_particle_elbos(prior, net
     assert torch.allclose(terms.nll, nll.detach() / particles, rtol=1e-5)
     assert torch.allclose(terms.kl, kl.detach() / particles, rtol=1e-5)
     terms.loss.backward()
-    assert all(guide.param(n, "rho").grad.abs().sum() > 0 for n in guide.site_names)
+    assert all(guide.param(n, "rhos").grad.abs().sum() > 0 for n in guide.site_names)
 
 
 def test_vectorized_particles_are_independent_weight_draws():
@@ -262,7 +269,7 @@ def test_vectorized_particles_are_independent_weight_draws():
     torch.manual_seed(0)
     x = torch.ones(2, 6, dtype=torch.float64)  # two identical examples
     w_loc, w_scale = torch.zeros(1, 6, dtype=torch.float64), torch.ones(1, 6, dtype=torch.float64)
-    out = F.linear(x, GaussianWeight(w_loc, w_scale, "sample", particles=(2, 4000)))[..., 0].view(4000, 2)
+    out = F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS["sample"](4000, 2)))[..., 0].view(4000, 2)
     assert torch.corrcoef(out.T)[0, 1] > 0.999
     _check_moments(out[:, :1], torch.zeros(1), torch.full((1,), 6.0, dtype=torch.float64), "particles")
     lagged = torch.corrcoef(torch.stack([out[:-1, 0], out[1:, 0]]))[0, 1]
@@ -284,8 +291,9 @@ def test_vectorized_flipout_particles_have_the_moments_of_weight_sampling(networ
 
     def forward(mode, particles):
         h = x
+        estimator = ESTIMATORS[mode](*(particles[::-1] if particles else ()))
         for i, ((wl, ws), (bl, bs)) in enumerate(params):
-            h = op(h, GaussianWeight(wl, ws, mode, particles), GaussianWeight(bl, bs, mode, particles))
+            h = op(h, GaussianWeight(wl, ws, estimator), GaussianWeight(bl, bs, estimator))
             h = torch.relu(h) if i == 0 else h
         return h
 

@@ -14,8 +14,8 @@ from pyrobnn.analysis.metrics import (
     regression_metrics,
     reliability,
     reliability_diagram,
-    uncertainty,
 )
+from pyrobnn.likelihoods import Categorical, Likelihood, uncertainty
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -29,7 +29,7 @@ def random_probs(*shape: int, seed: int = 0) -> torch.Tensor:
     return (3 * torch.randn(*shape, generator=g, dtype=torch.float64)).softmax(-1)
 
 
-# ----------------------------------------------------------------------------- uncertainty
+# ----------------------------------------------------------------------------- uncertainty (pyrobnn.likelihoods)
 
 
 def test_uncertainty_identical_samples_have_no_epistemic():
@@ -73,6 +73,28 @@ def test_uncertainty_float32_nonnegative_epistemic():
     out = uncertainty(probs)
     assert (out["epistemic"] >= 0).all()
     torch.testing.assert_close(out["total"], out["aleatoric"] + out["epistemic"], atol=1e-5, rtol=0)
+
+
+def test_categorical_predictive_is_the_mean_softmax_with_its_uncertainty_split():
+    logits = torch.tensor([[[2.0, 0.0]], [[0.0, 2.0]]], dtype=torch.float64)  # S=2, N=1, C=2
+    out = Categorical().predictive(logits)
+    p = 1 / (1 + math.exp(-2))  # softmax([2, 0])[0]
+    assert set(out) == {"probs", "total", "aleatoric", "epistemic"}
+    torch.testing.assert_close(out["probs"], torch.tensor([[0.5, 0.5]], dtype=torch.float64))
+    assert out["total"].item() == pytest.approx(math.log(2), rel=1e-12)
+    assert out["aleatoric"].item() == pytest.approx(manual_entropy([p, 1 - p]), rel=1e-12)
+    assert out["epistemic"].item() == pytest.approx(math.log(2) - manual_entropy([p, 1 - p]), rel=1e-12)
+
+
+def test_a_likelihood_that_does_not_override_its_methods_says_which():
+    class Half(Likelihood):
+        def distribution(self, output):
+            return torch.distributions.Categorical(logits=output)
+
+    with pytest.raises(NotImplementedError, match=r"^Likelihood must override distribution\(output\)$"):
+        Likelihood().distribution(torch.zeros(2, 3))
+    with pytest.raises(NotImplementedError, match=r"^Half must override predictive\(outputs\)$"):
+        Half().predictive(torch.zeros(4, 2, 3))
 
 
 # ----------------------------------------------------------------------------- accuracy / nll / brier

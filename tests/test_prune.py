@@ -43,7 +43,7 @@ def inv_softplus(sigma):
 
 
 def shapes(guide):
-    return {name: guide.param(name, "loc" if isinstance(guide, NormalGuide) else "theta").shape
+    return {name: guide.param(name, "locs").shape
             for name in guide.site_names}
 
 
@@ -58,8 +58,8 @@ def hand_set_normal_guide(seed=1):
         snr = torch.exp(torch.empty(shape).uniform_(math.log(0.1), math.log(10.0), generator=gen))
         snr = torch.where((snr / 0.83 - 1).abs() < 0.05, snr * 1.2, snr)
         sigma = mu.abs() / snr
-        set_param(guide, name, "loc", mu)
-        set_param(guide, name, "rho", inv_softplus(sigma.double()))
+        set_param(guide, name, "locs", mu)
+        set_param(guide, name, "rhos", inv_softplus(sigma.double()))
         loc, scale = guide.loc_scale(name)
         ref[name] = (loc.detach().double(), scale.detach().double())
     return guide, ref
@@ -90,11 +90,11 @@ def test_snr_masks_keep_exactly_the_weights_above_lambda():
 def test_snr_masks_deterministic_case():
     guide = NormalGuide(make_model(), init_rho=-3.0)
     for name, shape in shapes(guide).items():
-        set_param(guide, name, "loc", torch.ones(shape))
-        set_param(guide, name, "rho", inv_softplus(torch.full(shape, 0.5, dtype=torch.float64)))  # SNR 2
-    set_param(guide, "net.0.weight", "rho", inv_softplus(torch.tensor(2.0, dtype=torch.float64)))  # SNR 0.5
+        set_param(guide, name, "locs", torch.ones(shape))
+        set_param(guide, name, "rhos", inv_softplus(torch.full(shape, 0.5, dtype=torch.float64)))  # SNR 2
+    set_param(guide, "net.0.weight", "rhos", inv_softplus(torch.tensor(2.0, dtype=torch.float64)))  # SNR 0.5
     with torch.no_grad():
-        guide.param("net.2.weight", "loc")[1, 3] = 0.1  # SNR 0.2
+        guide.param("net.2.weight", "locs")[1, 3] = 0.1  # SNR 0.2
     masks = snr_masks(guide, threshold=0.83)
     assert not masks["net.0.weight"].any()
     expected = torch.ones(3, 8, dtype=torch.bool)
@@ -114,13 +114,13 @@ def test_log_alpha_masks_on_each_guide_family():
 
     # AdditiveDropoutGuide: log α = log σ² - log θ², hand-set to known values
     add = AdditiveDropoutGuide(make_model(LogUniformPrior()))
-    set_param(add, "net.0.weight", "theta", 1.0)
+    set_param(add, "net.0.weight", "locs", 1.0)
     la0 = torch.tensor([-6.0, 1.0, 2.9, 3.1, 5.0, 7.5, -1.0, 4.0]).repeat(4, 1).t()  # rows 3, 4, 5, 7 pruned
-    set_param(add, "net.0.weight", "log_sigma2", la0)  # θ = 1: log α = log σ²
-    set_param(add, "net.2.weight", "theta", 0.5)
+    set_param(add, "net.0.weight", "log_variances", la0)  # θ = 1: log α = log σ²
+    set_param(add, "net.2.weight", "locs", 0.5)
     la2 = torch.full((3, 8), -4.0)
     la2[2, 5] = 3.5
-    set_param(add, "net.2.weight", "log_sigma2", la2 + 2 * math.log(0.5))
+    set_param(add, "net.2.weight", "log_variances", la2 + 2 * math.log(0.5))
     masks = log_alpha_masks(add)
     assert torch.equal(masks["net.0.weight"], la0 <= 3)
     assert int((~masks["net.0.weight"]).sum()) == 16
@@ -130,15 +130,15 @@ def test_log_alpha_masks_on_each_guide_family():
 
     # MultiplicativeDropoutGuide with per-row α: a row is removed or kept as a whole
     mult = MultiplicativeDropoutGuide(make_model(LogUniformPrior()), share="row", max_log_alpha=8.0)
-    set_param(mult, "net.0.weight", "log_alpha", torch.tensor([-1.0, 4.0, 2.0, 3.5, 0.0, 9.0, -3.0, 2.99]).view(8, 1))
-    set_param(mult, "net.2.weight", "log_alpha", torch.tensor([[5.0], [-5.0], [1.0]]))
+    set_param(mult, "net.0.weight", "log_alphas", torch.tensor([-1.0, 4.0, 2.0, 3.5, 0.0, 9.0, -3.0, 2.99]).view(8, 1))
+    set_param(mult, "net.2.weight", "log_alphas", torch.tensor([[5.0], [-5.0], [1.0]]))
     masks = log_alpha_masks(mult, threshold=3.0)
     row0 = torch.tensor([True, False, True, False, True, False, True, True])
     assert torch.equal(masks["net.0.weight"], row0.view(8, 1).expand(8, 4))
     assert torch.equal(masks["net.2.weight"], torch.tensor([False, True, True]).view(3, 1).expand(3, 8))
     # the default max_log_alpha = 0 clips α at 1, so nothing exceeds log α = 3
     clipped = MultiplicativeDropoutGuide(make_model(LogUniformPrior()), share="weight")
-    set_param(clipped, "net.0.weight", "log_alpha", 5.0)
+    set_param(clipped, "net.0.weight", "log_alphas", 5.0)
     assert all(k.all() for k in log_alpha_masks(clipped).values())
 
 
@@ -148,17 +148,17 @@ def test_log_alpha_pruned_weights_stay_pruned(family):
     if family == "normal":
         guide = NormalGuide(make_model(), init_rho=-3.0)
         for name, shape in shapes(guide).items():
-            set_param(guide, name, "loc", torch.randn(shape, generator=gen))
-            set_param(guide, name, "rho", torch.empty(shape).uniform_(-4, 1, generator=gen))
+            set_param(guide, name, "locs", torch.randn(shape, generator=gen))
+            set_param(guide, name, "rhos", torch.empty(shape).uniform_(-4, 1, generator=gen))
     elif family == "additive":
         guide = AdditiveDropoutGuide(make_model(LogUniformPrior()))
         for name, shape in shapes(guide).items():
-            set_param(guide, name, "theta", torch.randn(shape, generator=gen))
-            set_param(guide, name, "log_sigma2", torch.empty(shape).uniform_(-6, 6, generator=gen))
+            set_param(guide, name, "locs", torch.randn(shape, generator=gen))
+            set_param(guide, name, "log_variances", torch.empty(shape).uniform_(-6, 6, generator=gen))
     else:
         guide = MultiplicativeDropoutGuide(make_model(LogUniformPrior()), max_log_alpha=8.0)
         for name, shape in shapes(guide).items():
-            set_param(guide, name, "log_alpha", torch.empty(shape).uniform_(-4, 8, generator=gen))
+            set_param(guide, name, "log_alphas", torch.empty(shape).uniform_(-4, 8, generator=gen))
     first = log_alpha_masks(guide)
     assert 0 < sum(int((~k).sum()) for k in first.values()) < 56
     apply_masks(guide, first)
@@ -184,10 +184,10 @@ def magnitude_guide():
     mags = (torch.randperm(56, generator=gen).double() + 1) / 10
     signs = torch.where(torch.rand(56, generator=gen) < 0.5, -1.0, 1.0).double()
     values = (mags * signs).float()
-    set_param(guide, "net.0.weight", "loc", values[:32].view(8, 4))
-    set_param(guide, "net.2.weight", "loc", values[32:].view(3, 8))
-    set_param(guide, "net.0.bias", "loc", torch.full((8,), 0.01))  # smaller than every weight
-    set_param(guide, "net.2.bias", "loc", torch.full((3,), 0.01))
+    set_param(guide, "net.0.weight", "locs", values[:32].view(8, 4))
+    set_param(guide, "net.2.weight", "locs", values[32:].view(3, 8))
+    set_param(guide, "net.0.bias", "locs", torch.full((8,), 0.01))  # smaller than every weight
+    set_param(guide, "net.2.bias", "locs", torch.full((3,), 0.01))
     return guide, values.abs()
 
 
@@ -340,9 +340,9 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
             magnitude_masks(guide, fraction=fraction)
     with pytest.raises(ValueError, match="masks"):
         apply_masks(guide, {"net.5.weight": torch.ones(3, 3, dtype=torch.bool)})
-    loc_before = guide.param("net.0.weight", "loc").detach().clone()
+    loc_before = guide.param("net.0.weight", "locs").detach().clone()
     with pytest.raises(ValueError, match="mask"):
         apply_masks(guide, {"net.0.weight": torch.zeros(4, 8, dtype=torch.bool)})
     with pytest.raises(ValueError, match="mask"):
         apply_masks(guide, {"net.0.weight": torch.zeros(8, dtype=torch.bool)})  # broadcastable, still refused
-    assert torch.equal(guide.param("net.0.weight", "loc"), loc_before)  # nothing was pruned
+    assert torch.equal(guide.param("net.0.weight", "locs"), loc_before)  # nothing was pruned

@@ -210,12 +210,12 @@ def test_pruning_curve_of_a_guide():
     guide = NormalGuide(model, init_rho=-4.0)
     before = snapshot(guide)
     weights = ("net.0.weight", "net.2.weight")
-    n = sum(guide.param(name, "loc").numel() for name in weights)
+    n = sum(guide.param(name, "locs").numel() for name in weights)
     seen = []
 
     def score(g):
         probs = predict_moments(model, g, x)["probs"]
-        zeros = sum(int((g.param(name, "loc") == 0).sum()) for name in weights)
+        zeros = sum(int((g.param(name, "locs") == 0).sum()) for name in weights)
         return {"accuracy": int((probs.argmax(-1) == y).sum()) / len(y), "zeros": zeros / n}
 
     def evaluate_fn(pruned):
@@ -233,7 +233,7 @@ def test_pruning_curve_of_a_guide():
     # the removed weights have vanishing variance, the biases are untouched
     loc, scale = seen[-1].loc_scale("net.0.weight")
     assert (scale[loc == 0] < 1e-15).all()
-    assert torch.equal(seen[-1].param("net.0.bias", "loc"), before["net__0__bias_loc"])
+    assert torch.equal(seen[-1].param("net.0.bias", "locs"), before["locs.net.0.bias_unconstrained"])
     # the original guide is left untouched
     after = snapshot(guide)
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -209,21 +209,21 @@ def test_registered_kl_sums_the_elementwise_approximation(kind, make):
         if kind == "additive":
             theta = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.2
             log_sigma2 = torch.empty(shape, dtype=torch.float64).uniform_(-12, 4, generator=gen)
-            set_param(guide, name, "theta", theta)
-            set_param(guide, name, "log_sigma2", log_sigma2)
+            set_param(guide, name, "locs", theta)
+            set_param(guide, name, "log_variances", log_sigma2)
             la = (log_sigma2.float().double() - 2 * theta.float().double().log()).clamp(-8, 8)
             approx = ref_molchanov
         else:
-            raw = guide.param(name, "log_alpha")
+            raw = guide.param(name, "log_alphas")
             values = torch.empty(raw.shape, dtype=torch.float64).uniform_(-5, 6, generator=gen)
-            set_param(guide, name, "log_alpha", values)
+            set_param(guide, name, "log_alphas", values)
             la = values.float().double().clamp(max=guide.max_log_alpha).expand(shape)
             approx = ref_molchanov if guide.approximation == "molchanov" else ref_kingma
         expected = approx(la).sum().item()
         expected_total += expected
         prior = site.prior(site.init)
         assert isinstance(prior, LogUniform)
-        kl = kl_divergence(guide.get_posterior(name), prior)
+        kl = kl_divergence(guide.posterior(name), prior)
         assert kl.shape == ()
         assert kl.item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
     # the ELBO uses the registered KL, not the Monte-Carlo fallback
@@ -249,14 +249,14 @@ def test_additive_guide_samples_and_clipped_log_alpha():
     model = tiny_model()
     guide = AdditiveDropoutGuide(model)
     log_sigma2 = torch.tensor([[-2.0, 0.5, -9.0], [1.0, -4.0, 0.0]])
-    set_param(guide, "net.weight", "theta", THETA)
-    set_param(guide, "net.weight", "log_sigma2", log_sigma2)
-    set_param(guide, "net.bias", "theta", [0.01, -1.0])  # log α(bias[0]) = 0 - log 1e-4 = 9.2 -> 8
-    set_param(guide, "net.bias", "log_sigma2", [0.0, -20.0])  # log α(bias[1]) = -20 -> -8
-    draws = guide.get_posterior("net.weight").sample((N_SAMPLES,))
+    set_param(guide, "net.weight", "locs", THETA)
+    set_param(guide, "net.weight", "log_variances", log_sigma2)
+    set_param(guide, "net.bias", "locs", [0.01, -1.0])  # log α(bias[0]) = 0 - log 1e-4 = 9.2 -> 8
+    set_param(guide, "net.bias", "log_variances", [0.0, -20.0])  # log α(bias[1]) = -20 -> -8
+    draws = guide.posterior("net.weight").sample((N_SAMPLES,))
     _check_moments(draws, THETA, log_sigma2.exp(), "additive weight")
     # the variance is exp(log σ²) even where log α is clipped (the clip only enters the KL)
-    _check_moments(guide.get_posterior("net.bias").sample((N_SAMPLES,)), [0.01, -1.0],
+    _check_moments(guide.posterior("net.bias").sample((N_SAMPLES,)), [0.01, -1.0],
                    torch.tensor([1.0, math.exp(-20)]), "additive bias")
     theta = torch.tensor(THETA)
     assert torch.allclose(guide.log_alpha("net.weight"), (log_sigma2 - 2 * theta.abs().log()).clamp(-8, 8),
@@ -276,26 +276,26 @@ def test_additive_guide_samples_and_clipped_log_alpha():
 def test_multiplicative_guide_samples(share, log_alpha_shape):
     model = tiny_model()
     guide = MultiplicativeDropoutGuide(model, share=share, max_log_alpha=0.5)
-    assert tuple(guide.param("net.weight", "log_alpha").shape) == log_alpha_shape
+    assert tuple(guide.param("net.weight", "log_alphas").shape) == log_alpha_shape
     bias_shape = () if share == "layer" else (2,)
-    assert tuple(guide.param("net.bias", "log_alpha").shape) == bias_shape
+    assert tuple(guide.param("net.bias", "log_alphas").shape) == bias_shape
     raw = {"weight": [[-2.0, 2.0, -0.5], [-3.0, 0.3, -1.5]], "row": [[-1.0], [3.0]], "layer": 1.7}[share]
     raw = torch.tensor(raw)
-    set_param(guide, "net.weight", "theta", THETA)
-    set_param(guide, "net.weight", "log_alpha", raw)
-    set_param(guide, "net.bias", "theta", BIAS)
+    set_param(guide, "net.weight", "locs", THETA)
+    set_param(guide, "net.weight", "log_alphas", raw)
+    set_param(guide, "net.bias", "locs", BIAS)
     # α is clipped at max_log_alpha = 0.5: raw values 2.0, 3.0, 1.7 act as 0.5
     alpha = raw.clamp(max=0.5).exp().expand(2, 3)
     assert torch.equal(guide.log_alpha("net.weight"), raw.clamp(max=0.5))
     theta = torch.tensor(THETA)
-    draws = guide.get_posterior("net.weight").sample((N_SAMPLES,))
+    draws = guide.posterior("net.weight").sample((N_SAMPLES,))
     _check_moments(draws, theta, alpha * theta**2, f"multiplicative {share}")
     # and the unclipped α would give a variance that these samples reject
     unclipped = raw.exp().expand(2, 3) * theta**2
     se_var = unclipped * math.sqrt(2 / N_SAMPLES)
     assert ((draws.double().var(0) - unclipped).abs() > 5 * se_var).any()
     b_alpha = math.exp(-4.0)  # init_log_alpha default
-    _check_moments(guide.get_posterior("net.bias").sample((N_SAMPLES,)), BIAS,
+    _check_moments(guide.posterior("net.bias").sample((N_SAMPLES,)), BIAS,
                    b_alpha * torch.tensor(BIAS) ** 2, "multiplicative bias")
     # guide() draws follow the same law: w = θ (1 + √α ε) -> (w/θ - 1)/√α is standard normal
     z = []
@@ -314,7 +314,7 @@ def test_normal_guide_log_variance_parameterization():
         for name in soft.site_names:
             assert torch.allclose(soft.loc_scale(name)[1], torch.full((), sigma0), rtol=1e-6)
             assert torch.allclose(logv.loc_scale(name)[1], soft.loc_scale(name)[1], rtol=1e-5)
-            assert torch.allclose(logv.param(name, "log_variance"), torch.full((), 2 * math.log(sigma0)), rtol=1e-5)
+            assert torch.allclose(logv.param(name, "log_variances"), torch.full((), 2 * math.log(sigma0)), rtol=1e-5)
     model = tiny_model(GaussianPrior(0.3, 2.0))
     guide = NormalGuide(model, parameterization="log_variance")
     gen = torch.Generator().manual_seed(5)
@@ -322,21 +322,21 @@ def test_normal_guide_log_variance_parameterization():
     for site in model.sites():
         loc = torch.randn(site.shape, generator=gen)
         log_var = torch.empty(site.shape).uniform_(-6, 1, generator=gen)
-        set_param(guide, site.name, "loc", loc)
-        set_param(guide, site.name, "log_variance", log_var)
+        set_param(guide, site.name, "locs", loc)
+        set_param(guide, site.name, "log_variances", log_var)
         mu, var = loc.double(), log_var.double().exp()
         sigma = var.sqrt()
         assert torch.allclose(guide.loc_scale(site.name)[1].double(), sigma, rtol=1e-6)
         closed = (math.log(2.0) - sigma.log() + (var + (mu - 0.3) ** 2) / (2 * 4.0) - 0.5).sum().item()
         total += closed
-        kl = kl_divergence(guide.get_posterior(site.name), site.prior(site.init))
+        kl = kl_divergence(guide.posterior(site.name), site.prior(site.init))
         assert kl.item() == pytest.approx(closed, rel=1e-5)
     x, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
     assert MeanFieldELBO().terms(model, guide, x, y).kl.item() == pytest.approx(total, rel=1e-5)
     # sampled with σ = exp(½ log σ²)
-    set_param(guide, "net.weight", "loc", THETA)
-    set_param(guide, "net.weight", "log_variance", [[-2.0, 0.0, 1.0], [-4.0, 0.5, -1.0]])
-    draws = guide.get_posterior("net.weight").sample((N_SAMPLES,))
+    set_param(guide, "net.weight", "locs", THETA)
+    set_param(guide, "net.weight", "log_variances", [[-2.0, 0.0, 1.0], [-4.0, 0.5, -1.0]])
+    draws = guide.posterior("net.weight").sample((N_SAMPLES,))
     _check_moments(draws, THETA, torch.tensor([[-2.0, 0.0, 1.0], [-4.0, 0.5, -1.0]]).exp(), "log-variance")
 
 

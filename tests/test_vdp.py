@@ -10,7 +10,7 @@ from pyro import poutine
 
 from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.gaussian_weight import GaussianWeight
-from pyrobnn.handlers import vdp
+from pyrobnn.handlers import VDPMessenger, vdp
 from pyrobnn.models import LeNet5
 from pyrobnn.moments import Moments
 
@@ -52,7 +52,7 @@ def _first_order(samples, out: Moments, what, rtol):
 def test_linear_with_deterministic_input_is_exact():
     x = torch.randn(3, 5, dtype=DT, generator=_gen(1))
     (mw, sw), (mb, sb) = _gaussian((4, 5), 2), _gaussian((4,), 3)
-    out = F.linear(x, GaussianWeight(mw, sw, "moments"), GaussianWeight(mb, sb, "moments"))
+    out = F.linear(x, GaussianWeight(mw, sw, VDPMessenger()), GaussianWeight(mb, sb, VDPMessenger()))
     assert isinstance(out, Moments)
     w, b = _draw(mw, sw, seed=4), _draw(mb, sb, seed=5)
     _exact(torch.einsum("ni,soi->sno", x, w) + b[:, None], out, "linear")
@@ -60,7 +60,7 @@ def test_linear_with_deterministic_input_is_exact():
 
 def test_linear_with_random_input_is_exact():
     (ma, sa), (mw, sw) = _gaussian((3, 5), 6), _gaussian((4, 5), 7)
-    out = F.linear(Moments(ma, sa**2), GaussianWeight(mw, sw, "moments"))
+    out = F.linear(Moments(ma, sa**2), GaussianWeight(mw, sw, VDPMessenger()))
     a, w = _draw(ma, sa, seed=8), _draw(mw, sw, seed=9)
     _exact(torch.einsum("sni,soi->sno", a, w), out, "linear, random input")
     deterministic = torch.randn(4, 5, dtype=DT, generator=_gen(10))
@@ -70,7 +70,7 @@ def test_linear_with_random_input_is_exact():
 
 def test_conv2d_with_random_input_is_exact():
     (ma, sa), (mw, sw) = _gaussian((2, 2, 5, 5), 11), _gaussian((3, 2, 3, 3), 12)
-    out = F.conv2d(Moments(ma, sa**2), GaussianWeight(mw, sw, "moments"), padding=1)
+    out = F.conv2d(Moments(ma, sa**2), GaussianWeight(mw, sw, VDPMessenger()), padding=1)
     n = 4000
     a, w = _draw(ma, sa, n, seed=13), _draw(mw, sw, n, seed=14)
     samples = torch.stack([F.conv2d(a[s], w[s], padding=1) for s in range(n)])
@@ -157,7 +157,7 @@ def test_gradients_reach_the_posterior_through_the_moments():
         out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(torch.randn(5, 3))
     (out.loc.sum() + out.variance.sum()).backward()
     for name in guide.site_names:
-        assert guide.param(name, "rho").grad.abs().sum() > 0
+        assert guide.param(name, "rhos").grad.abs().sum() > 0
 
 
 def test_vdp_objective_is_equation_11():
@@ -217,7 +217,7 @@ def test_regression_moments_add_the_noise_to_the_mean_outputs_variance(heterosce
 def test_shared_weight_variance_matches_the_per_weight_computation(layer, share):
     """Paper 002 eq. 12 layout: one variance per output unit (or layer) gives the same moments as that
     variance repeated for every weight, for deterministic and random inputs and for local reparameterization."""
-    from pyrobnn.gaussian_weight import variance_op
+    from pyrobnn.moments import variance_op
 
     op, x_shape, w_shape, kwargs = {
         "linear": (F.linear, (3, 5), (4, 5), {}),
@@ -229,12 +229,12 @@ def test_shared_weight_variance_matches_the_per_weight_computation(layer, share)
     mw, _ = _gaussian(w_shape, 30)
     (mb, sb), (ma, sa) = _gaussian((4,), 31), _gaussian(x_shape, 32)
     shared = _gaussian(w_shape[:1] + (1,) * (len(w_shape) - 1) if share == "row" else (), 33)[1]
-    compact = GaussianWeight(mw, shared, "moments")
-    dense = GaussianWeight(mw, shared.expand(w_shape).clone(), "moments")
+    compact = GaussianWeight(mw, shared, VDPMessenger())
+    dense = GaussianWeight(mw, shared.expand(w_shape).clone(), VDPMessenger())
     assert compact.variance.shape != dense.variance.shape == w_shape
     for x in (ma, Moments(ma, sa**2)):
-        a = op(x, compact, GaussianWeight(mb, sb, "moments"), **kwargs)
-        want = op(x, dense, GaussianWeight(mb, sb, "moments"), **kwargs)
+        a = op(x, compact, GaussianWeight(mb, sb, VDPMessenger()), **kwargs)
+        want = op(x, dense, GaussianWeight(mb, sb, VDPMessenger()), **kwargs)
         assert torch.allclose(a.loc, want.loc) and torch.allclose(a.variance, want.variance)
     direct = variance_op(op, ma.square(), compact.variance, w_shape, **kwargs)
     assert torch.allclose(direct, op(ma.square(), dense.variance, None, **kwargs))
@@ -243,7 +243,7 @@ def test_shared_weight_variance_matches_the_per_weight_computation(layer, share)
 def test_shared_weight_variance_is_exact_against_monte_carlo():
     (ma, sa), (mw, _) = _gaussian((3, 5), 34), _gaussian((4, 5), 35)
     row = _gaussian((4, 1), 36)[1]
-    out = F.linear(Moments(ma, sa**2), GaussianWeight(mw, row, "moments"))
+    out = F.linear(Moments(ma, sa**2), GaussianWeight(mw, row, VDPMessenger()))
     a, w = _draw(ma, sa, seed=37), _draw(mw, row.expand(4, 5), seed=38)
     _exact(torch.einsum("sni,soi->sno", a, w), out, "linear, per-unit variance")
 
@@ -255,7 +255,7 @@ def test_per_unit_variance_guide_has_the_kl_of_equation_12():
     net = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
     model = BayesianNetwork(net, prior=GaussianPrior(0.0, 1.0), num_data=10)
     guide = NormalGuide(model, init_rho=-1.0, share="row")
-    assert guide.param("net.0.weight", "rho").shape == (4, 1) and guide.param("net.0.bias", "rho").shape == (4,)
+    assert guide.param("net.0.weight", "rhos").shape == (4, 1) and guide.param("net.0.bias", "rhos").shape == (4,)
     kl = MeanFieldELBO().terms(model, guide, torch.randn(10, 5), torch.randint(0, 3, (10,))).kl
     expected = 0.0
     for name in guide.site_names:

@@ -2,18 +2,21 @@
 
 All functions are plain torch and run on whatever device their inputs live on.
 Scalar metrics come back as Python floats; per-example and per-bin quantities as tensors.
-Logarithms are natural (nats).
+Logarithms are natural (nats). The split of predictive uncertainty into total, aleatoric and
+epistemic parts is a property of the predictive distribution and lives with it:
+:func:`pyrobnn.likelihoods.uncertainty`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import uuid
 from pathlib import Path
 
 import torch
+
+from ..checks import check_labels, check_probs, positive_int
 
 __all__ = [
     "accuracy",
@@ -24,83 +27,12 @@ __all__ = [
     "regression_metrics",
     "reliability",
     "reliability_diagram",
-    "uncertainty",
 ]
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def _check_probs(probs, dim: int = 2, name: str = "probs") -> None:
-    shape = "(S, N, C)" if dim == 3 else "(N, C)"
-    if not isinstance(probs, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(probs).__name__}")
-    if probs.dim() != dim:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(probs.shape)}")
-    if not probs.dtype.is_floating_point:
-        raise ValueError(f"{name} must be floating-point probabilities, got dtype {probs.dtype}")
-    if probs.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(probs.shape)}")
-    # A single host sync; catches logits passed by mistake.
-    tol = max(1e-3, 10 * torch.finfo(probs.dtype).eps)
-    bad = (probs < 0).any() | ((probs.sum(-1) - 1).abs() > tol).any() | ~torch.isfinite(probs).all()
-    if bool(bad):
-        raise ValueError(
-            f"{name} must hold probabilities: non-negative, finite, summing to 1 over the last "
-            "dimension (did you pass logits? apply softmax first)"
-        )
-
-
-def _check_labels(y, probs: torch.Tensor) -> None:
-    n, c = probs.shape
-    if not isinstance(y, torch.Tensor):
-        raise TypeError(f"y must be a torch.Tensor of integer labels, got {type(y).__name__}")
-    if y.dim() != 1 or y.shape[0] != n:
-        raise ValueError(f"y must have shape ({n},) to match probs {tuple(probs.shape)}, got {tuple(y.shape)}")
-    if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
-        raise ValueError(f"y must hold integer class indices (e.g. torch.long), got dtype {y.dtype}")
-    low, high = int(y.min()), int(y.max())
-    if low < 0 or high >= c:
-        bad = low if low < 0 else high
-        raise ValueError(f"y contains label {bad}, out of range for {c} classes: labels must lie in [0, {c - 1}]")
-
-
 def _check_classification(probs, y) -> None:
-    _check_probs(probs)
-    _check_labels(y, probs)
-
-
-def _check_n_bins(n_bins) -> None:
-    if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-
-
-def _entropy(p: torch.Tensor) -> torch.Tensor:
-    """H[p] = -sum_c p_c log p_c over the last dimension, with 0 log 0 = 0."""
-    return -torch.special.xlogy(p, p).sum(-1)
-
-
-# ----------------------------------------------------------------------------- uncertainty
-
-
-def uncertainty(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Split predictive uncertainty per example from Monte-Carlo class probabilities.
-
-    ``probs`` has shape (S, N, C): softmax probabilities of S posterior samples.
-    Returns tensors of shape (N,), in nats:
-
-    * ``total``     = H[E_s p_s]           (entropy of the predictive mean)
-    * ``aleatoric`` = E_s H[p_s]           (expected entropy)
-    * ``epistemic`` = total - aleatoric    (mutual information I[y; w], clamped at 0)
-
-    Depeweg et al. 2018, "Decomposition of uncertainty in Bayesian deep learning";
-    Smith & Gal 2018, "Understanding measures of uncertainty for adversarial example detection".
-    """
-    _check_probs(probs, dim=3)
-    total = _entropy(probs.mean(0))
-    aleatoric = _entropy(probs).mean(0)
-    epistemic = (total - aleatoric).clamp_min(0)
-    return {"total": total, "aleatoric": aleatoric, "epistemic": epistemic}
+    check_probs(probs)
+    check_labels(y, probs.shape[-1], "y", num_examples=probs.shape[0])
 
 
 # ----------------------------------------------------------------------------- classification
@@ -143,7 +75,7 @@ def reliability(probs: torch.Tensor, y: torch.Tensor, n_bins: int = 15) -> dict[
     This is the one binning used by :func:`ece` and :func:`reliability_diagram`.
     """
     _check_classification(probs, y)
-    _check_n_bins(n_bins)
+    positive_int("n_bins", n_bins)
     conf, pred = probs.max(-1)
     correct = (pred == y).to(probs.dtype)
     edges = torch.linspace(0, 1, n_bins + 1, dtype=probs.dtype, device=probs.device)

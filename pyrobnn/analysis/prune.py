@@ -28,7 +28,7 @@ from torch import nn
 from ..guides.base import SiteGuide
 
 __all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks", "sparsity",
-           "magnitude_prune_module", "pruning_curve", "METHODS"]
+           "magnitude_prune_module", "pruning_curve", "record_sparsity", "METHODS"]
 
 
 def _weights(guide, include_biases: bool):
@@ -128,6 +128,19 @@ def principled_masks(guide, threshold: float | None = None) -> dict[str, torch.T
     variational dropout) at ``threshold`` (default: 0.83 and 3)."""
     rule = METHODS[guide.pruning_rule]
     return rule(guide) if threshold is None else rule(guide, threshold)
+
+
+def record_sparsity(guide, threshold: float | None = None) -> Callable[[int, dict], None]:
+    """A :func:`~pyrobnn.train.fit` callback: after each epoch, ``record["sparsity"]`` is the fraction of
+    weights the guide's principled rule (:func:`principled_masks`) removes, ``record["layer_sparsity"]``
+    the fraction per site."""
+
+    def callback(epoch: int, record: dict) -> None:
+        removed = sparsity(principled_masks(guide, threshold))
+        record["sparsity"] = removed.pop("total")
+        record["layer_sparsity"] = removed
+
+    return callback
 
 
 def _module_weights(net: nn.Module) -> dict[str, torch.Tensor]:

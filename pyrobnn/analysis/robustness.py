@@ -1,4 +1,5 @@
-r"""Noise robustness of a trained classifier (paper 002, Fig. 1c and Fig. 3, after Dera et al.).
+r"""Noise robustness of a trained classifier: the test of Dera, Rasool & Bouaynaya (2019), as run
+for VDP++ ("Efficient Scaling of Bayesian Neural Networks", IEEE Access 2024, Fig. 1c and Fig. 3).
 
 Zero-mean Gaussian noise is added to every test input at a signal-to-noise ratio (dB)
 
@@ -9,8 +10,8 @@ Zero-mean Gaussian noise is added to every test input at a signal-to-noise ratio
 and, at each level, the test accuracy and the predictive variance of the predicted class,
 :math:`\bar v = \frac1N \sum_n \mathrm{Var}[p_{n,\hat y_n}]`, :math:`\hat y_n = \arg\max_c
 \mathbb E[p_{nc}]`, are recorded; the variance is normalised by its value at the lowest SNR
-(paper 002: -6 dB). A Bayesian network's variance should rise as the SNR falls, and its accuracy
-at -6 dB exceed the deterministic network's.
+(-6 dB in the VDP++ experiments). A Bayesian network's variance should rise as the SNR falls,
+and its accuracy at -6 dB exceed the deterministic network's.
 
 A *predictor* is a callable ``x -> (probs, var)``: ``probs`` (N, C) predictive class
 probabilities, ``var`` (N, C) the predictive variance of each class probability, or ``None``
@@ -26,7 +27,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..checks import finite, positive_int
+from ..checks import check_labels, finite, positive_int
 from ..device import device_of
 from ..predict import predict_moments, prediction_mode, predictive_outputs
 
@@ -46,9 +47,7 @@ def add_noise(x: torch.Tensor, snr_db: float, generator: torch.Generator | None 
     default) and moved to ``x``'s, so a seeded CPU generator gives the same noise on any device.
     """
     snr_db = finite("snr_db", snr_db, "dB")
-    if not (torch.is_tensor(x) and x.is_floating_point() and x.dim() >= 2 and x.shape[0] > 0):
-        raise ValueError("x must be a non-empty floating-point tensor of shape (batch, ...), got "
-                         + (f"{x.dtype} of shape {tuple(x.shape)}" if torch.is_tensor(x) else repr(type(x))))
+    _check_inputs(x)
     power = x.detach().pow(2).flatten(1).mean(1)
     std = (power / 10 ** (snr_db / 10)).sqrt().view(-1, *(1,) * (x.dim() - 1))
     device = generator.device if generator is not None else torch.device("cpu")
@@ -95,6 +94,12 @@ def moment_predictor(model, guide, batch_size: int = 1000) -> Predictor:
     return predictor
 
 
+def _check_inputs(x) -> None:
+    if not (torch.is_tensor(x) and x.is_floating_point() and x.dim() >= 2 and x.shape[0] > 0):
+        raise ValueError("x must be a non-empty floating-point tensor of shape (batch, ...), got "
+                         + (f"{x.dtype} of shape {tuple(x.shape)}" if torch.is_tensor(x) else repr(type(x))))
+
+
 def _check_classifier(model) -> None:
     if getattr(model, "task", None) != "classification":
         raise ValueError(f"model must be a classification BayesianNetwork, got task {getattr(model, 'task', None)!r}")
@@ -103,7 +108,7 @@ def _check_classifier(model) -> None:
 def noise_robustness(predictor: Predictor, x: torch.Tensor, y: torch.Tensor,
                      snr_db: Sequence[float] = PAPER_SNR_DB, seed: int = 0,
                      batch_size: int = 1000) -> list[dict[str, float | None]]:
-    r"""Accuracy and predictive variance of the predicted class under input noise (paper 002, Fig. 3).
+    r"""Accuracy and predictive variance of the predicted class under input noise (VDP++ Fig. 3).
 
     At each level, :func:`add_noise` perturbs all of ``x`` with a fresh ``torch.Generator`` seeded
     by ``seed`` (so every predictor, and every level, sees the same standard-normal draw, scaled
@@ -119,8 +124,8 @@ def noise_robustness(predictor: Predictor, x: torch.Tensor, y: torch.Tensor,
         raise ValueError("snr_db must be a non-empty sequence of finite numbers (dB)")
     levels = [finite("snr_db", level, "dB") for level in levels]
     batch_size = positive_int("batch_size", batch_size)
-    if not (torch.is_tensor(x) and torch.is_tensor(y) and y.dim() == 1 and len(y) == len(x)):
-        raise ValueError("y must be a 1-d tensor of class labels, one per example of x")
+    _check_inputs(x)
+    check_labels(y, None, "y", num_examples=len(x))
     rows = []
     for level in levels:
         noisy = add_noise(x, level, torch.Generator().manual_seed(seed))

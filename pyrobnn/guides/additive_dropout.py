@@ -20,7 +20,7 @@ class AdditiveDropoutGuide(SiteGuide):
     With :class:`~pyrobnn.LogUniformPrior` the ELBO uses Molchanov's approximation
     :math:`-\mathrm{KL} \approx k_1\sigma(k_2 + k_3\log\alpha) - \tfrac12\log(1 + 1/\alpha) - k_1`,
     with :math:`\log\alpha` clipped to ``clip`` (default [-8, 8]) for stability. Weights with
-    :math:`\log\alpha > 3` (dropout rate above 0.95) can be pruned (SPEC 4.3).
+    :math:`\log\alpha > 3` (dropout rate above 0.95) can be pruned.
 
     :param init_log_sigma2: initial :math:`\log\sigma^2` of every weight (-10: nearly deterministic,
         as after frequentist pre-training).
@@ -29,28 +29,28 @@ class AdditiveDropoutGuide(SiteGuide):
     pruning_rule = "log-alpha"
 
     def __init__(self, model, init_loc: InitLoc = "module", init_log_sigma2: float = -10.0,
-                 clip: tuple[float, float] = (-8.0, 8.0)):
+                 clip: tuple[float, float] = (-8.0, 8.0), *, name: str | None = None):
         init_log_sigma2 = finite("init_log_sigma2", init_log_sigma2)
         if not (len(clip) == 2 and clip[0] < clip[1]):
             raise ValueError(f"clip must be (low, high) with low < high, got {clip!r}")
         self.init_log_sigma2, self.clip = init_log_sigma2, (float(clip[0]), float(clip[1]))
-        self.pruned = {"theta": 0.0, "log_sigma2": -80.0}
-        super().__init__(model, init_loc)
+        self.pruned_values = {"locs": 0.0, "log_variances": -80.0}
+        super().__init__(model, init_loc, name=name)
 
     def setup_site(self, site, loc):
-        self.add_param(site, "theta", loc)
-        self.add_param(site, "log_sigma2", torch.full_like(loc, self.init_log_sigma2))
+        self.add_param(site, "locs", loc)
+        self.add_param(site, "log_variances", torch.full_like(loc, self.init_log_sigma2))
 
     def loc_scale(self, name):
-        return self.param(name, "theta"), (0.5 * self.param(name, "log_sigma2")).exp()
+        return self.param(name, "locs"), (0.5 * self.param(name, "log_variances")).exp()
 
     def log_alpha(self, name):
         r""":math:`\log\alpha = \log\sigma^2 - \log\theta^2`, clipped; a pruned weight (:math:`\theta = 0`)
         has the largest :math:`\alpha` (dropout rate 1), so it stays pruned and costs no KL."""
-        theta, log_sigma2 = self.param(name, "theta"), self.param(name, "log_sigma2")
+        theta, log_sigma2 = self.param(name, "locs"), self.param(name, "log_variances")
         log_alpha = (log_sigma2 - torch.log(theta * theta + 1e-8)).clamp(*self.clip)
         return torch.where(theta == 0, self.clip[1], log_alpha)
 
-    def get_posterior(self, name):
+    def get_posterior(self, name, prior):
         theta, scale = self.loc_scale(name)
         return DropoutNormal(theta, scale, self.log_alpha(name), "molchanov").to_event(theta.dim())

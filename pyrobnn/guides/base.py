@@ -3,28 +3,42 @@
 A guide is a :class:`~pyro.nn.PyroModule` built from a
 :class:`~pyrobnn.BayesianNetwork`. It creates its variational parameters
 eagerly (so an optimiser can be built before the first step) and, when called
-with the model's arguments, samples every site from ``get_posterior(name)``:
+with the model's arguments, samples every site from ``get_posterior(name, prior)``:
 :math:`q(w) = \\prod_s q_s(w_s)`. A new method is a subclass that defines
 :meth:`setup_site` (its parameters) and :meth:`get_posterior` (its
-distribution), in the spirit of Pyro's ``AutoNormalMessenger.get_posterior``.
+distribution), as Pyro's ``AutoNormalMessenger.get_posterior``.
 Because the guide never runs the network, a training step costs one forward
 pass (the model's), not two.
+
+Parameters live in Pyro's param store, as an autoguide's do: they are
+:class:`~pyro.nn.PyroParam` s in one container per role, named
+``<guide name>.<role>.<site>`` (e.g. ``NormalGuide.locs.net.0.weight``), so SVI
+with ``pyro.optim``, ``pyro.get_param_store().save/load`` and ``clear`` work as for
+an autoguide. Building a guide registers its initial values under its names,
+replacing what the store held there: a second guide built on a second model
+trains from its own initial values. Calling the guide reads the store, so values
+loaded with ``pyro.get_param_store().load(path)`` after building it are used; two
+guides used side by side take different ``name=`` s (or
+``pyro.settings.set(module_local_params=True)``).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Union
 
 import pyro
 import torch
-from pyro.nn import PyroModule
-from torch import nn
+from pyro.nn import PyroModule, PyroParam
 
 from ..conversion import Site
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
+
+_OWNED: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
+"""Every tensor a pyrobnn guide has put in Pyro's param store, by id."""
 
 SHARING = ("weight", "row", "layer")
 """How many values a per-weight quantity (a variance, a dropout rate) has: one per weight, one per
@@ -70,24 +84,29 @@ class SiteGuide(PyroModule):
     :param init_loc: initial posterior location: ``"module"`` (the network's
         current, e.g. pretrained, weights), ``"prior"`` (a prior draw),
         ``"zeros"``, or a callable ``site -> tensor``.
+    :param name: prefix of the parameters' names in Pyro's param store (default: the class name).
     """
 
-    def __init__(self, model, init_loc: InitLoc = "module"):
-        super().__init__()
+    def __init__(self, model, init_loc: InitLoc = "module", *, name: str | None = None):
+        super().__init__(type(self).__name__ if name is None else name)
         sites = model.sites()
         self.site_names: list[str] = [site.name for site in sites]
-        self._keys = {site.name: site.name.replace(".", "__") for site in sites}
+        self._priors = {site.name: site.prior_distribution for site in sites}
         for site in sites:
             self.setup_site(site, _initial_loc(site, init_loc))
+        self._fullnames = [f"{self._pyro_name}.{role}.{key[: -len('_unconstrained')]}"
+                           for role, container in self.named_children() for key, _ in container.named_parameters()]
+        self._owned: dict[str, torch.Tensor] = {}
+        self._claim(force=True)
 
     # -- what a method defines ------------------------------------------------------
     def setup_site(self, site: Site, loc: torch.Tensor) -> None:
         """Create the variational parameters of ``site`` with :meth:`add_param`."""
-        raise TypeError(f"{type(self).__name__} must override setup_site()")
+        raise NotImplementedError
 
-    def get_posterior(self, name: str) -> pyro.distributions.TorchDistribution:
-        """The posterior factor :math:`q(w_{name})`, event shape = the parameter's shape."""
-        raise TypeError(f"{type(self).__name__} must override get_posterior()")
+    def get_posterior(self, name: str, prior: pyro.distributions.TorchDistribution) -> pyro.distributions.TorchDistribution:
+        """The posterior factor :math:`q(w_{name})` (event shape = the parameter's shape), given the site's prior."""
+        raise NotImplementedError
 
     def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and standard deviation of site ``name`` (Normal-family guides)."""
@@ -99,34 +118,73 @@ class SiteGuide(PyroModule):
         return 2 * (scale.log() - loc.abs().log())
 
     pruning_rule: str = "snr"
-    """The principled pruning rule of this posterior family (a key of :data:`pyrobnn.prune.METHODS`)."""
+    """The principled pruning rule of this posterior family (a key of :data:`pyrobnn.analysis.prune.METHODS`)."""
 
-    pruned: dict[str, float] = {}
+    pruned_values: dict[str, float] = {}
     """What :meth:`prune_` writes into each variational parameter (by role) where a weight is removed:
     a point mass at zero (mean 0, vanishing variance)."""
 
     @torch.no_grad()
     def prune_(self, name: str, keep: torch.Tensor) -> None:
         """Remove the weights of site ``name`` where ``keep`` is False (in place)."""
-        expected = self.get_posterior(name).event_shape
+        expected = self.posterior(name).event_shape
         if keep.shape != expected:
             raise ValueError(f"mask for {name!r} has shape {tuple(keep.shape)}, expected {tuple(expected)}")
-        for role, value in self.pruned.items():
+        for role, value in self.pruned_values.items():
             param = self.param(name, role)
             if param.shape == keep.shape:  # a shared (per-row/layer) parameter serves kept weights too
                 param.masked_fill_(~keep.to(param.device), value)
 
-    def median(self) -> dict[str, torch.Tensor]:
-        """A point value per site (the posterior median), for deterministic prediction."""
-        return {name: self.get_posterior(name).mean.detach() for name in self.site_names}
+    def posterior(self, name: str) -> pyro.distributions.TorchDistribution:
+        """:meth:`get_posterior` of site ``name`` against the model's prior."""
+        return self.get_posterior(name, self._priors[name]())
+
+    def median(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """A point value per site, the posterior median (the mean of these symmetric families), for
+        deterministic prediction; takes and ignores the model's arguments, as an autoguide's."""
+        return {name: self.posterior(name).mean.detach() for name in self.site_names}
 
     # -- shared mechanism -----------------------------------------------------------
     def add_param(self, site: Site | str, role: str, value: torch.Tensor) -> None:
+        """Create the variational parameter ``role`` (e.g. ``"locs"``) of ``site``, initialised to ``value``:
+        a :class:`~pyro.nn.PyroParam` named ``<guide name>.<role>.<site name>`` in Pyro's param store."""
         name = site.name if isinstance(site, Site) else site
-        setattr(self, f"{self._keys[name]}_{role}", nn.Parameter(value.detach().clone()))
+        if not hasattr(self, role):
+            setattr(self, role, PyroModule())
+        module = getattr(self, role)
+        *path, attr = name.split(".")
+        for part in path:
+            if not hasattr(module, part):
+                setattr(module, part, PyroModule())
+            module = getattr(module, part)
+        setattr(module, attr, PyroParam(value.detach().clone()))
 
     def param(self, name: str, role: str) -> torch.Tensor:
-        return getattr(self, f"{self._keys[name]}_{role}")
+        """The variational parameter ``role`` of site ``name`` (the param store's value inside a guide call)."""
+        module = getattr(self, role)
+        for part in name.split("."):
+            module = getattr(module, part)
+        return module
+
+    def _claim(self, force: bool = False) -> None:
+        """Make the param store hold this guide's tensors under its names: always when ``force`` (a new
+        guide starts from its own initial values), else where the store holds another pyrobnn guide's
+        tensor (two guides of the same name, e.g. a copy, never read each other's values). A tensor put
+        in the store otherwise (``pyro.get_param_store().load``, ``pyro.param``) is adopted on access."""
+        store = pyro.get_param_store()
+        stale = [name for name in self._fullnames if name in store and (force or (
+            _OWNED.get(id(store[name])) is store[name] and store[name] is not self._owned.get(name)))]
+        if not stale and not force:
+            return
+        for name in stale:
+            del store[name]
+        with self._pyro_context:
+            for role, container in self.named_children():
+                for key, _ in container.named_parameters():
+                    value = self.param(key[: -len("_unconstrained")], role).unconstrained()
+                    self._owned[f"{self._pyro_name}.{role}.{key[: -len('_unconstrained')]}"] = value
+                    _OWNED[id(value)] = value
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        return {name: pyro.sample(name, self.get_posterior(name)) for name in self.site_names}
+        self._claim()
+        return {name: pyro.sample(name, self.get_posterior(name, self._priors[name]())) for name in self.site_names}

@@ -25,7 +25,8 @@ class MultiplicativeDropoutGuide(SiteGuide):
     pruning_rule = "log-alpha"
 
     def __init__(self, model, init_loc: InitLoc = "module", init_log_alpha: float = -4.0,
-                 share: str = "weight", max_log_alpha: float = 0.0, approximation: str = "kingma"):
+                 share: str = "weight", max_log_alpha: float = 0.0, approximation: str = "kingma", *,
+                 name: str | None = None):
         shared_shape(torch.Size(), share)  # validates share
         init_log_alpha = finite("init_log_alpha", init_log_alpha)
         if approximation not in KL_APPROXIMATIONS:
@@ -34,21 +35,21 @@ class MultiplicativeDropoutGuide(SiteGuide):
             raise ValueError(f"init_log_alpha ({init_log_alpha}) must not exceed max_log_alpha ({max_log_alpha})")
         self.init_log_alpha, self.share = init_log_alpha, share
         self.max_log_alpha, self.approximation = float(max_log_alpha), approximation
-        self.pruned = {"theta": 0.0}
-        super().__init__(model, init_loc)
+        self.pruned_values = {"locs": 0.0}
+        super().__init__(model, init_loc, name=name)
 
     def setup_site(self, site, loc):
-        self.add_param(site, "theta", loc)
+        self.add_param(site, "locs", loc)
         shape = shared_shape(loc.shape, self.share)
-        self.add_param(site, "log_alpha", torch.full(shape, self.init_log_alpha, dtype=loc.dtype, device=loc.device))
+        self.add_param(site, "log_alphas", torch.full(shape, self.init_log_alpha, dtype=loc.dtype, device=loc.device))
 
     def log_alpha(self, name):
-        return self.param(name, "log_alpha").clamp(max=self.max_log_alpha)
+        return self.param(name, "log_alphas").clamp(max=self.max_log_alpha)
 
     def loc_scale(self, name):
-        theta = self.param(name, "theta")
+        theta = self.param(name, "locs")
         return theta, ((0.5 * self.log_alpha(name)).exp() * theta.abs()).clamp_min(1e-20)
 
-    def get_posterior(self, name):
+    def get_posterior(self, name, prior):
         theta, scale = self.loc_scale(name)
         return DropoutNormal(theta, scale, self.log_alpha(name), self.approximation).to_event(theta.dim())

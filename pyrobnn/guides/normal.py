@@ -38,9 +38,9 @@ class NormalGuide(SiteGuide):
     Two parameterisations of :math:`\sigma`:
 
     - ``"softplus"``: :math:`\sigma = \log(1 + e^{\rho})`, Bayes by Backprop (Blundell et al.
-      2015, sec. 3.2; paper 003);
+      2015, sec. 3.2);
     - ``"log_variance"``: :math:`\sigma = \exp(\tfrac12 \log\sigma^2)`, variational dense
-      (Graves 2011; paper 001, with a Gaussian prior).
+      (Graves 2011, with a Gaussian prior).
 
     Against a Gaussian prior the ELBO uses the analytic KL; against the scale
     mixture it uses ``log q(w) - log p(w)``.
@@ -53,24 +53,24 @@ class NormalGuide(SiteGuide):
     :param parameterization: ``"softplus"`` or ``"log_variance"``.
     :param share: one :math:`\sigma` per ``"weight"``, per output unit (``"row"``: the weights
         :math:`v_n` of unit :math:`n` share :math:`\sigma_{v_n}`, :math:`q(v_n) = \mathcal N(\mu_{v_n},
-        \sigma_{v_n}^2 I)`, whose KL against :math:`\mathcal N(0, I)` is paper 002 eq. 12,
+        \sigma_{v_n}^2 I)`, whose KL against :math:`\mathcal N(0, I)` is VDP++'s eq. 12 (Dera et al.),
         :math:`\tfrac12\sum_n (\|\mu_{v_n}\|^2 + j\sigma_{v_n}^2 - j\log\sigma_{v_n}^2 - j)`), or per ``"layer"``.
     """
 
     def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,
-                 parameterization: str = "softplus", share: str = "weight"):
+                 parameterization: str = "softplus", share: str = "weight", *, name: str | None = None):
         init_rho = finite("init_rho", init_rho)
         shared_shape(torch.Size(), share)  # validates share
         self.share = share
         if parameterization not in ("softplus", "log_variance"):
             raise ValueError(f"parameterization must be 'softplus' or 'log_variance', got {parameterization!r}")
         self.init_rho, self.parameterization = init_rho, parameterization
-        self._scale_role = "rho" if parameterization == "softplus" else "log_variance"
-        self.pruned = {"loc": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
-        super().__init__(model, init_loc)
+        self._scale_role = "rhos" if parameterization == "softplus" else "log_variances"
+        self.pruned_values = {"locs": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
+        super().__init__(model, init_loc, name=name)
 
     def setup_site(self, site, loc):
-        self.add_param(site, "loc", loc)
+        self.add_param(site, "locs", loc)
         rho = torch.full(shared_shape(loc.shape, self.share), self.init_rho, dtype=loc.dtype, device=loc.device)
         self.add_param(site, self._scale_role, rho if self.parameterization == "softplus"
                        else 2 * torch.nn.functional.softplus(rho).log())
@@ -79,8 +79,8 @@ class NormalGuide(SiteGuide):
         """Posterior mean and standard deviation of site ``name``."""
         raw = self.param(name, self._scale_role)
         scale = softplus(raw) if self.parameterization == "softplus" else (0.5 * raw).exp()
-        return self.param(name, "loc"), scale
+        return self.param(name, "locs"), scale
 
-    def get_posterior(self, name):
+    def get_posterior(self, name, prior):
         loc, scale = self.loc_scale(name)
         return dist.Normal(loc, scale).to_event(loc.dim())

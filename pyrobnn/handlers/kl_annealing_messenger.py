@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Union
 
 import torch
-from pyro.poutine.handlers import _make_handler
 from pyro.poutine.messenger import Messenger
 
-__all__ = ["KLAnnealingMessenger", "kl_annealing"]
+__all__ = ["KLAnnealingMessenger"]
 
 
 class KLAnnealingMessenger(Messenger):
@@ -16,9 +15,9 @@ class KLAnnealingMessenger(Messenger):
 
     Applied around an ELBO evaluation (it sees both the guide and the model
     trace), the objective becomes
-    :math:`\frac{N}{B}\sum_b \mathbb E_q \log p(y_b|x_b,w) - \beta\,\mathrm{KL}(q\|p)`
-    (SPEC section 2): the KL weight of warm-up schedules (paper 001), of
-    Blundell's per-minibatch weights (paper 003) and of constant β (paper 000).
+    :math:`\frac{N}{B}\sum_b \mathbb E_q \log p(y_b|x_b,w) - \beta\,\mathrm{KL}(q\|p)`:
+    the KL weight of warm-up schedules (Sønderby et al. 2016; Molchanov et al. 2017), of
+    Blundell et al.'s (2015) per-minibatch weights and of a constant β.
     Unlike ``poutine.scale``, β = 0 is allowed (KL switched off).
     """
 
@@ -31,8 +30,3 @@ class KLAnnealingMessenger(Messenger):
     def _process_message(self, msg):
         if msg["type"] == "sample" and not msg["is_observed"]:
             msg["scale"] = self.beta * msg["scale"]
-
-
-@_make_handler(KLAnnealingMessenger)
-def kl_annealing(fn=None, beta=1.0):  # noqa: D103 (docstring comes from the messenger)
-    ...

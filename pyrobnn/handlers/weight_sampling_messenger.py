@@ -1,22 +1,20 @@
-"""``weight_sampling``: Bayes by Backprop's weight samples, S particles in one pass."""
+"""``weight_sampling``: Bayes by Backprop's weight samples, S particles in one pass (Blundell et al. 2015)."""
 
 from __future__ import annotations
 
-from pyro.poutine.handlers import _make_handler
+from .estimator_messenger import EstimatorMessenger
 
-from .gaussian_weights import GaussianWeightMessenger
-
-__all__ = ["WeightSamplingMessenger", "weight_sampling"]
+__all__ = ["WeightSamplingMessenger"]
 
 
-class WeightSamplingMessenger(GaussianWeightMessenger):
+class WeightSamplingMessenger(EstimatorMessenger):
     r"""Sample whole weights, :math:`w_s = \mu + \sigma \odot \epsilon_s` (Blundell et al. 2015), for
     S particles at once: every Linear/Conv layer applies its S weight samples in one batched call
     (a batched matrix product, a grouped convolution), so an S-particle ELBO costs one pass of the
     network instead of S. Each particle is exactly one draw of the network under :math:`q(w)`,
     shared by the examples of the batch, as without the handler. A Monte-Carlo KL (e.g. against the
-    scale-mixture prior) scores the same S draws. With ``num_particles=1`` it changes nothing.
-    ::
+    scale-mixture prior) scores the same S draws. With ``num_particles=1`` it changes nothing
+    (the guide's sample is the weight)::
 
         with weight_sampling(num_particles=5, batch_size=len(x)):
             loss = MeanFieldELBO().differentiable_loss(model, guide, x, y)
@@ -25,10 +23,8 @@ class WeightSamplingMessenger(GaussianWeightMessenger):
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
-    mode = "sample"
-    handler_name = "weight_sampling"
+    def _pyro_sample(self, msg):
+        if self.particles is not None:
+            super()._pyro_sample(msg)
 
-
-@_make_handler(WeightSamplingMessenger)
-def weight_sampling(fn=None, num_particles=1, batch_size=None):  # noqa: D103 (docstring comes from the messenger)
-    ...
+    layer = EstimatorMessenger.sampled_layer

@@ -1,0 +1,53 @@
+"""``flipout``: one weight perturbation per batch, decorrelated per example (Wen et al. 2018)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..gaussian_weight import GaussianWeight
+from ..moments import per_unit
+from .estimator_messenger import EstimatorMessenger
+
+__all__ = ["FlipoutMessenger"]
+
+
+def _rademacher(like: torch.Tensor) -> torch.Tensor:
+    """Independent random signs ±1 shaped like ``like``."""
+    return torch.rand_like(like).lt_(0.5).mul_(2).sub_(1)
+
+
+class FlipoutMessenger(EstimatorMessenger):
+    r"""Flipout estimator for Linear and Conv layers with a Normal-family posterior:
+
+    .. math:: y_n = F(x_n, \mu_W) + \big(F(x_n \odot s_n, \Delta W)\big) \odot r_n + b,
+              \quad \Delta W = \sigma_W \odot \epsilon
+
+    with one :math:`\epsilon \sim \mathcal N(0, I)` per batch and independent random
+    signs :math:`s_n, r_n \in \{\pm 1\}` per example: each example sees the weight
+    :math:`\mu_W + \Delta W \odot r_n s_n^\top`, which is distributed as
+    :math:`q(W)`, while examples are decorrelated. A Gaussian bias gets one draw per batch.
+    Other operations see one weight sample.
+
+    :param num_particles: S > 1 gives every particle its own perturbation and signs, all in one
+        pass (:mod:`pyrobnn.particles`).
+    :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
+    """
+
+    def layer(self, op, x, weight, bias=None, *rest, **kwargs):
+        bias_loc, bias_var = bias.moments() if isinstance(bias, GaussianWeight) else (bias, None)
+        count = self.particles.count if self.particles is not None else 1
+        mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
+        if count > 1 and self.particles.is_first(x):  # the first layer: S copies of the input
+            x, mean = (v.repeat((count,) + (1,) * (v.dim() - 1)) for v in (x, mean))
+        delta = weight.scale * torch.randn((count,) + weight.shape, dtype=weight.dtype, device=weight.device)
+        if count == 1:
+            perturbation = op(x * _rademacher(x), delta[0], None, *rest, **kwargs)
+        else:
+            perturbation = self.particles.layer(op, x * _rademacher(x), delta, None, *rest, **kwargs)
+        out = torch.addcmul(mean, perturbation, _rademacher(perturbation))
+        if bias_var is not None:  # the bias is shared by the batch (per particle), like the weight perturbation
+            noise = bias_var.sqrt() * torch.randn((count,) + bias_loc.shape, dtype=out.dtype, device=out.device)
+            unit = per_unit(bias_loc, op, out.dim()).shape
+            noise = noise.view((count,) + (1,) * (out.dim() - len(unit)) + unit)
+            out = (out.view((count, -1) + out.shape[1:]) + noise).flatten(0, 1)
+        return out
