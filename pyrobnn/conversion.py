@@ -21,6 +21,7 @@ from pyro.nn import PyroModule, PyroSample
 from pyro.nn.module import to_pyro_module_
 from torch import nn
 
+from ._compat import BatchNormBase, pyro_name, pyro_samples
 from .priors import GaussianPrior, Prior
 
 __all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LAYERS"]
@@ -28,7 +29,7 @@ __all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LA
 Selector = Union[str, type]
 
 NORMALIZATION_LAYERS: tuple[type, ...] = (
-    nn.modules.batchnorm._NormBase,
+    BatchNormBase,
     nn.LayerNorm,
     nn.GroupNorm,
 )
@@ -57,7 +58,7 @@ class Site:
 
     def prior_distribution(self):
         """The site's prior distribution, on the module's current device (built once per device)."""
-        return self.module._pyro_samples[self.attr](self.module)
+        return pyro_samples(self.module)[self.attr](self.module)
 
 
 class _PriorSite:
@@ -148,10 +149,10 @@ def bayesian(
 def bayesian_sites(net: nn.Module) -> Iterator[Site]:
     """The Bayesian parameters of a converted network, in module order, with their site names."""
     for module in net.modules():
-        samples = getattr(module, "_pyro_samples", {})
+        samples = pyro_samples(module)
         for attr, fn in samples.items():
             if isinstance(fn, _PriorSite):
-                yield Site(f"{module._pyro_name}.{attr}" if module._pyro_name else attr, module, attr, fn.prior)
+                yield Site(f"{pyro_name(module)}.{attr}" if pyro_name(module) else attr, module, attr, fn.prior)
 
 
 def last_layer(net: nn.Module) -> list[str]:

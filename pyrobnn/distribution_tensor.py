@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ._compat import DisableTorchFunctionSubclass
+
 __all__ = ["DistributionTensor"]
 
 _METADATA = {
@@ -44,6 +46,6 @@ class DistributionTensor(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
+            with DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         return cls.dispatch(func, args, kwargs)

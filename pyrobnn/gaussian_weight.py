@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_flatten
 
+from ._compat import tree_flatten
 from .distribution_tensor import DistributionTensor
 
 __all__ = ["GaussianWeight", "LAYERS", "as_sample"]

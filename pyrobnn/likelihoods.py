@@ -90,8 +90,6 @@ class Likelihood(PyroModule):
         batch = output.shape[0]
         if is_validation_enabled():
             self.check(output, y)
-        if num_data is not None and num_data < batch:
-            raise ValueError(f"num_data ({num_data}) must be at least the batch size ({batch})")
         subsample = torch.arange(batch, device=output.device)
         fn = self.moment_distribution(output) if isinstance(output, Moments) else self.distribution(output)
         with pyro.plate("data", size=num_data or batch, subsample=subsample):

@@ -79,6 +79,8 @@ class BayesianNetwork(PyroModule):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(x)
+        if y is not None and self.num_data is not None and self.num_data < len(y):
+            raise ValueError(f"num_data ({self.num_data}) must be at least the batch size ({len(y)})")
         plates = get_plates()
         if plates:
             raise ValueError(

@@ -8,6 +8,7 @@ import torch
 from pyro import poutine
 from torch import nn
 
+from ._compat import DropoutBase
 from .analysis.metrics import classification_metrics, regression_metrics
 from .device import device_of
 from .handlers import local_reparameterization, vdp
@@ -27,7 +28,7 @@ def prediction_mode(model: nn.Module, mc_dropout: bool = False):
     model.eval()
     if mc_dropout:
         for m in model.modules():
-            if isinstance(m, nn.modules.dropout._DropoutNd):
+            if isinstance(m, DropoutBase):
                 m.train()
     try:
         yield model

@@ -31,6 +31,7 @@ import pyro
 import torch
 from pyro.nn import PyroModule, PyroParam
 
+from .._compat import pyro_context, pyro_name
 from ..conversion import Site
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
@@ -94,7 +95,7 @@ class SiteGuide(PyroModule):
         self._priors = {site.name: site.prior_distribution for site in sites}
         for site in sites:
             self.setup_site(site, _initial_loc(site, init_loc))
-        self._fullnames = [f"{self._pyro_name}.{role}.{key[: -len('_unconstrained')]}"
+        self._fullnames = [f"{pyro_name(self)}.{role}.{key[: -len('_unconstrained')]}"
                            for role, container in self.named_children() for key, _ in container.named_parameters()]
         self._owned: dict[str, torch.Tensor] = {}
         self._claim(force=True)
@@ -178,11 +179,11 @@ class SiteGuide(PyroModule):
             return
         for name in stale:
             del store[name]
-        with self._pyro_context:
+        with pyro_context(self):
             for role, container in self.named_children():
                 for key, _ in container.named_parameters():
                     value = self.param(key[: -len("_unconstrained")], role).unconstrained()
-                    self._owned[f"{self._pyro_name}.{role}.{key[: -len('_unconstrained')]}"] = value
+                    self._owned[f"{pyro_name(self)}.{role}.{key[: -len('_unconstrained')]}"] = value
                     _OWNED[id(value)] = value
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:

@@ -18,8 +18,8 @@ import torch
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import Independent, Normal
-from torch.utils._pytree import tree_map
 
+from .._compat import DisableTorchFunctionSubclass, tree_map
 from ..checks import positive_int
 from ..gaussian_weight import GaussianWeight, as_sample
 from ..particles import Particles, ParticlesUnsupported
@@ -92,7 +92,7 @@ class EstimatorMessenger(Messenger):
                 "one pass; draw the samples in a loop instead (num_particles=1, or vectorized=False for prediction)"
             )
         args, kwargs = tree_map(as_sample, (args, kwargs))
-        with torch._C.DisableTorchFunctionSubclass():
+        with DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
     def kl_draws(self, weight: GaussianWeight) -> torch.Tensor:
