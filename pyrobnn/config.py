@@ -18,6 +18,7 @@ Python API.
 
 import dataclasses
 import inspect
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -27,16 +28,15 @@ from tyro.conf import OmitArgPrefixes, arg
 from .data import DATASETS
 from .guides import GUIDES
 from .guides.base import SHARING
-from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
+from .guides.normal import PARAMETERIZATIONS
+from .likelihoods import LIKELIHOODS, Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .models import MODELS, build_model
 from .priors import PRIORS, ScaleMixturePrior
 from .schedules import SCHEDULES
+from .train import fit
 
-try:  # the estimator registry of the handlers (name -> messenger)
-    from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
-except ImportError:  # an older pyrobnn.handlers without the registry
-    _ESTIMATOR_REGISTRY = ("sample", "local", "flipout", "vdp")
+from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 
 __all__ = [
     "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
@@ -47,7 +47,6 @@ __all__ = [
 ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
 """Names of the gradient estimators (the keys of :data:`pyrobnn.handlers.ESTIMATORS`)."""
 
-LIKELIHOODS = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
 """Observation models selectable by name (``--likelihood``; ``auto`` picks by the dataset's task)."""
 
 API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy"}
@@ -146,7 +145,7 @@ class GuideOptions:
 
     name: Annotated[GuideName, arg(name="guide", prefix_name=False)] = "normal"
     """normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout (Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015)."""
-    parameterization: _choices(("softplus", "log_variance")) = _cli(_default(GUIDES["normal"], "parameterization"))
+    parameterization: _choices(PARAMETERIZATIONS) = _cli(_default(GUIDES["normal"], "parameterization"))
     """normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the variational dense of Graves (2011)."""
     share: Share = _default(GUIDES["normal"], "share")
     """normal (sigma) and multiplicative (log alpha): one per weight, per output unit (row) or per layer."""
@@ -168,7 +167,7 @@ class LikelihoodOptions:
     """gaussian: noise standard deviation (its initial value with --likelihood.learn-scale)."""
     learn_scale: bool = _default(Gaussian, "learn_scale")
     """gaussian: learn the noise standard deviation as a point estimate."""
-    vdp_objective: _choices(("gaussian", "cross_entropy")) = _cli(_default(Categorical, "vdp_objective"))
+    vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = _cli(_default(Categorical, "vdp_objective"))
     """categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-entropy."""
 
 
@@ -194,28 +193,28 @@ _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 class OptimOptions:
     """Stochastic variational inference: steps, estimator, particles, seed, device."""
 
-    epochs: Annotated[int, _flat()] = 10
+    epochs: Annotated[int, _flat()] = _default(fit, "epochs")
     """Passes over the training data."""
-    batch_size: Annotated[int, _flat()] = 128
+    batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
     """Minibatch size B (the likelihood is scaled by N/B)."""
-    lr: Annotated[float, _flat()] = 1e-3
+    lr: Annotated[float, _flat()] = _default(fit, "lr")
     """Learning rate."""
-    optimizer: Annotated[Literal["adam", "sgd"], _flat()] = "adam"
+    optimizer: Annotated[Literal["adam", "sgd"], _flat()] = _default(fit, "optimizer")
     """Optimiser (sgd with momentum 0.9)."""
-    weight_decay: Annotated[float, _flat()] = 0.0
+    weight_decay: Annotated[float, _flat()] = _default(fit, "weight_decay")
     """L2 penalty of the optimiser on every parameter (0: none)."""
-    lr_step: Annotated[int, _flat()] = 0
+    lr_step: Annotated[int, _flat()] = _default(fit, "lr_step")
     """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
-    lr_gamma: Annotated[float, _flat()] = 0.5
+    lr_gamma: Annotated[float, _flat()] = _default(fit, "lr_gamma")
     """Learning-rate decay factor."""
-    num_particles: Annotated[int, _flat()] = 1
+    num_particles: Annotated[int, _flat()] = _default(fit, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
-    estimator: Annotated[EstimatorName, _flat()] = "sample"
+    estimator: Annotated[EstimatorName, _flat()] = _default(fit, "estimator")
     """sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment propagation, deterministic (Dera et al. 2019)."""
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
-    seed: Annotated[int, _flat()] = 0
+    seed: Annotated[int, _flat()] = _default(fit, "seed")
     """Random seed: subsets, weight initialisation, noise, data order, test predictions."""
-    device: Annotated[str, _flat(metavar="{auto,cpu,cuda,cuda:N}")] = "auto"
+    device: Annotated[str, _flat(metavar="{auto,cpu,cuda,cuda:N}")] = _default(fit, "device")
     """Where to train (auto: cuda when available)."""
 
 
@@ -273,19 +272,14 @@ class RunConfig:
         return dict(_flags(self))
 
     def check(self) -> None:
-        """Validate what needs no data: names, counts, and the prior, likelihood and schedule options.
+        """Validate what needs no data: counts, and the prior, likelihood and schedule options
+        (dataset and model names are checked by :func:`~pyrobnn.data.load_dataset` and
+        :func:`~pyrobnn.models.build_model`, which know their aliases).
 
         Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
         """
         from .checks import nonnegative_int, positive_int
 
-        dataset = self.data.dataset
-        if not (isinstance(dataset, str) and (dataset.startswith("folder:") or dataset.lower() in DATASETS)):
-            raise ValueError(f"--dataset: unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)} "
-                             "or folder:PATH")
-        name = self.model.name
-        if not (name.startswith("tv:") or name.lower() in MODELS):
-            raise ValueError(f"--model: unknown model {name!r}; choose one of {', '.join(MODELS)} or tv:NAME")
         for flag, value in (("--epochs", self.optim.epochs), ("--batch-size", self.optim.batch_size),
                             ("--num-particles", self.optim.num_particles),
                             ("--num-samples", self.output.num_samples)):
@@ -301,8 +295,13 @@ class RunConfig:
             make_likelihood(self, None)
 
 
+def _is_path(annotation) -> bool:
+    return annotation is Path or Path in typing.get_args(annotation)
+
+
 def _from_dict(cls, values: dict, prefix: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    types = typing.get_type_hints(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(prefix + k for k in unknown)} in the run configuration "
@@ -314,7 +313,7 @@ def _from_dict(cls, values: dict, prefix: str):
             if not isinstance(value, dict):
                 raise ValueError(f"option group {prefix}{name} of the run configuration must be a dict")
             kwargs[name] = _from_dict(type(default), value, f"{prefix}{name}.")
-        elif isinstance(default, Path) or name == "data_root":
+        elif _is_path(types[name]):
             kwargs[name] = None if value is None else Path(value)
         elif isinstance(default, tuple):
             kwargs[name] = tuple(value)

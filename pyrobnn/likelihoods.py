@@ -31,6 +31,7 @@ __all__ = [
     "Categorical",
     "Gaussian",
     "HeteroscedasticGaussian",
+    "LIKELIHOODS",
     "uncertainty",
 ]
 
@@ -228,3 +229,7 @@ class HeteroscedasticGaussian(_GaussianBase):
             )
         mean, raw = output.chunk(2, dim=-1)
         return mean, F.softplus(raw) + self.min_scale
+
+
+LIKELIHOODS = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}
+"""Observation models selectable by name (``pyrobnn train --likelihood``)."""

@@ -1,11 +1,12 @@
-r"""``Moments``: an activation carried as its elementwise mean and variance (VDP++, paper 002).
+r"""``Moments``: an activation carried as its elementwise mean and variance (VDP++).
+
+VDP++: “Efficient Scaling of Bayesian Neural Networks” (2024), after VDP (Dera, Rasool & Bouaynaya 2019).
 
 Under :func:`~pyrobnn.handlers.vdp` every Normal-family weight reaches its
-layer as a :class:`~pyrobnn.gaussian_weight.GaussianWeight` in ``"moments"``
-mode, and the first Linear/Conv layer returns a ``Moments`` tensor instead of
+layer as a :class:`~pyrobnn.gaussian_weight.GaussianWeight`, and the first Linear/Conv layer returns a ``Moments`` tensor instead of
 a sample. ``Moments`` is a ``torch.Tensor`` subclass whose ``__torch_function__``
 propagates :math:`(\mu, \sigma^2)` through the operations the network calls,
-with no covariances (variance-only density propagation, SPEC section 5):
+with no covariances (variance-only density propagation):
 
 - Linear/conv, deterministic input :math:`x`: :math:`\mu_z = F(x, \mu_W) + \mu_b`,
   :math:`\sigma_z^2 = F(x^2, \sigma_W^2) + \sigma_b^2`; random input :math:`(\mu_a, \sigma_a^2)`:
@@ -104,7 +105,7 @@ def _wrap(mean, var):
 def affine_moments(op, x, weight, bias=None, *rest, **kwargs):
     r"""Moments of ``op(x, W, b, *rest)`` for ``F.linear``/``F.convNd`` with any of x, W, b random:
     :math:`\sigma_z^2 = F(\sigma_x^2, \mu_W^2) + F(\sigma_x^2 + \mu_x^2, \sigma_W^2) + \sigma_b^2`, which is
-    SPEC's :math:`F(\sigma_x^2, \sigma_W^2 + \mu_W^2) + F(\mu_x^2, \sigma_W^2) + \sigma_b^2` regrouped so that a
+    the textbook :math:`F(\sigma_x^2, \sigma_W^2 + \mu_W^2) + F(\mu_x^2, \sigma_W^2) + \sigma_b^2` regrouped so that a
     weight variance shared per output unit (eq. 12) costs one window sum (:func:`variance_op`)."""
     mean_x, var_x = _mv(x)
     mean_w, var_w = weight.moments() if isinstance(weight, DistributionTensor) else (weight, None)  # may be shared

@@ -6,14 +6,14 @@ A mask is a dict ``{site name: bool tensor}``, True where a weight is kept.
 - :func:`log_alpha_masks`: keep :math:`\log\alpha \le 3` (Molchanov et al. 2017: binary dropout
   rate above 0.95 means the weight carries no signal);
 - :func:`random_masks`: the same number of weights removed per layer, at random positions
-  (the control of paper 001, Tables 4.3-4.4);
+  (the control of the sparse-VD comparison, after Molchanov et al. 2017);
 - :func:`magnitude_masks`: global L1 (magnitude) pruning of the posterior means to a fraction
-  (paper 002's self-compression);
+  (VDP++ self-compression);
 - :func:`apply_masks`: turns removed weights of a guide into point masses at zero;
 - :func:`sparsity`: per-layer and total fraction removed;
 - :func:`magnitude_prune_module`: the same global L1 rule on the weights of a plain ``nn.Module``
   (the deterministic baseline);
-- :func:`pruning_curve`: accuracy (or any metrics) against the fraction pruned, paper 002 Fig. 2.
+- :func:`pruning_curve`: accuracy (or any metrics) against the fraction pruned, VDP++ Fig. 2.
 """
 
 from __future__ import annotations
@@ -175,12 +175,12 @@ def _prune_module(net: nn.Module, fraction: float) -> tuple[nn.Module, dict[str,
 
 
 FRACTIONS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
-"""Default pruning fractions of :func:`pruning_curve` (paper 002, Fig. 2)."""
+"""Default pruning fractions of :func:`pruning_curve` (VDP++, Fig. 2)."""
 
 
 def pruning_curve(evaluate_fn: Callable, guide, fractions: Sequence[float] = FRACTIONS,
                   include_biases: bool = False) -> list[dict[str, float]]:
-    """Self-compression (paper 002, Fig. 2): metrics after global L1 unstructured pruning.
+    """Self-compression (VDP++, Fig. 2): metrics after global L1 unstructured pruning.
 
     For each ``fraction`` f, a deep copy of ``guide`` loses the f smallest :math:`|\\mu|` of its
     weights (:func:`magnitude_masks` + :func:`apply_masks`), and ``evaluate_fn(pruned)`` is recorded:

@@ -43,7 +43,7 @@ _OWNED: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDict
 
 SHARING = ("weight", "row", "layer")
 """How many values a per-weight quantity (a variance, a dropout rate) has: one per weight, one per
-output unit (a row of the weight: paper 002 eq. 12, Kingma et al. 2015 sec. 3.3), or one per layer."""
+output unit (a row of the weight: VDP++ eq. 12, Kingma et al. 2015 sec. 3.3), or one per layer."""
 
 
 def shared_shape(shape: torch.Size, share: str) -> torch.Size:

@@ -8,7 +8,7 @@ import torch
 from ..checks import finite
 from .base import InitLoc, SiteGuide, shared_shape
 
-__all__ = ["NormalGuide"]
+__all__ = ["NormalGuide", "PARAMETERIZATIONS"]
 
 
 class _Softplus(torch.autograd.Function):
@@ -29,6 +29,10 @@ class _Softplus(torch.autograd.Function):
 def softplus(rho: torch.Tensor) -> torch.Tensor:
     r""":math:`\sigma = \log(1 + e^{\rho})`, the positive scale of Bayes by Backprop."""
     return _Softplus.apply(rho)
+
+
+PARAMETERIZATIONS = ("softplus", "log_variance")
+"""How :class:`NormalGuide` parameterises :math:`\\sigma`."""
 
 
 class NormalGuide(SiteGuide):
@@ -62,8 +66,8 @@ class NormalGuide(SiteGuide):
         init_rho = finite("init_rho", init_rho)
         shared_shape(torch.Size(), share)  # validates share
         self.share = share
-        if parameterization not in ("softplus", "log_variance"):
-            raise ValueError(f"parameterization must be 'softplus' or 'log_variance', got {parameterization!r}")
+        if parameterization not in PARAMETERIZATIONS:
+            raise ValueError(f"parameterization must be one of {PARAMETERIZATIONS}, got {parameterization!r}")
         self.init_rho, self.parameterization = init_rho, parameterization
         self._scale_role = "rhos" if parameterization == "softplus" else "log_variances"
         self.pruned_values = {"locs": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}

@@ -13,7 +13,7 @@ class LeNet5(nn.Sequential):
     :param in_channels: 1 for MNIST, 3 for CIFAR-10.
     :param num_classes: number of outputs.
     :param image_size: input side (28 or 32); the first conv pads 28x28 inputs to keep the 5x5x16 map.
-    :param activation: ``"relu"`` (default) or ``"sigmoid"`` (the original, used by paper 000).
+    :param activation: ``"relu"`` (default) or ``"sigmoid"`` (the original of LeCun et al. 1998).
     :param pool: ``"max"`` (default) or ``"avg"``.
     """
 

@@ -1,4 +1,4 @@
-"""Multi-layer perceptrons: 784-h-10 (Blundell 2015, paper 003) and LeNet-300-100 (paper 001)."""
+"""Multi-layer perceptrons: 784-h-10 (Blundell et al. 2015) and LeNet-300-100 (LeCun et al. 1998; Molchanov et al. 2017)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class MLP(nn.Sequential):
     :param in_features: input size after flattening (784 for 28x28 images).
     :param hidden: hidden widths, e.g. ``(400,)`` or ``(300, 100)`` (LeNet-300-100).
     :param out_features: number of outputs (classes).
-    :param dropout: dropout rate after each hidden layer (0 disables; paper 003 uses 0.5).
+    :param dropout: dropout rate after each hidden layer (0 disables; Blundell et al.'s dropout baseline uses 0.5).
     """
 
     def __init__(self, in_features: int, hidden: Sequence[int], out_features: int, dropout: float = 0.0):

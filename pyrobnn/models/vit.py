@@ -1,4 +1,4 @@
-"""A small vision transformer (Dosovitskiy et al. 2021) for 28x28 or 32x32 images (paper 002's VDP-ViT on MNIST)."""
+"""A small vision transformer (Dosovitskiy et al. 2021) for 28x28 or 32x32 images (the VDP++ ViT on MNIST)."""
 
 from __future__ import annotations
 
