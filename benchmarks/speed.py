@@ -1,4 +1,4 @@
-"""Time one training step of Bayes by Backprop against the same network trained deterministically.
+"""Time one training step of Bayes by Backprop (Blundell et al. 2015) against the same network trained deterministically.
 
 784-400-10 ReLU MLP, batch 128, Adam. Measured side by side in one run: the
 methods are timed in interleaved rounds (each round times every method for
@@ -8,7 +8,8 @@ affects all of them alike. Methods:
 - ``det``: plain PyTorch, cross-entropy, the same Adam as the training loop
   (:func:`pyrobnn.analysis.cost.training_step`; :func:`pyrobnn.train.make_optimizer`: fused where supported);
 - ``bbb``: pyrobnn ``NormalGuide`` with a Gaussian N(0, 1) prior (analytic KL), one
-  sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step);
+  sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step) under the
+  ``"sample"`` estimator of :data:`pyrobnn.handlers.ESTIMATORS`;
 - ``bbb_mixture``: the same with Blundell's scale-mixture prior (Monte-Carlo KL);
 - ``autonormal``: Pyro's stock ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``
   on the same model, for reference;
@@ -33,8 +34,8 @@ import torch
 
 from pyrobnn import BayesianNetwork, GaussianPrior, ScaleMixturePrior
 from pyrobnn.analysis.cost import time_steps, training_step
-from pyrobnn.train import make_optimizer
 from pyrobnn.models import MLP
+from pyrobnn.train import make_optimizer
 
 
 def steppers(device, hidden=400, batch=128, num_data=60000):
@@ -53,8 +54,9 @@ def steppers(device, hidden=400, batch=128, num_data=60000):
         "det": training_step(net, x, y, "det"),
         "torch_bbb": _torch_bbb_step(net, x, y, num_data),
         "weight_noise": lambda: [torch.randn(p.shape, device=device) for p in net.parameters()],
-        "bbb": training_step(net, x, y, "sample", num_data=num_data, prior=GaussianPrior()),
-        "bbb_mixture": training_step(net, x, y, "sample", num_data=num_data, prior=ScaleMixturePrior()),
+        "bbb": training_step(net, x, y, "sample", num_data=num_data, prior=GaussianPrior(), name="bbb"),
+        "bbb_mixture": training_step(net, x, y, "sample", num_data=num_data, prior=ScaleMixturePrior(),
+                                     name="bbb_mixture"),
         "autonormal": lambda: svi.step(x, y),
     }
 

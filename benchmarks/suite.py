@@ -6,10 +6,12 @@ round times every method, the figure is the median over rounds, so machine
 load hits all methods alike):
 
 - ``det``: plain PyTorch, cross-entropy;
-- ``bbb``: pyrobnn ``NormalGuide`` + Gaussian prior, weight sampling;
-- ``local_reparam``: the same under ``local_reparameterization``;
-- ``flipout``: the same under ``flipout``;
-- ``vdp``: the same network and guide trained by VDP++ moment propagation (``vdp``);
+- ``bbb``: pyrobnn ``NormalGuide`` + Gaussian prior, weight sampling (Blundell et al. 2015);
+- ``local_reparam``: the same under ``local_reparameterization`` (Kingma, Salimans & Welling 2015);
+- ``flipout``: the same under ``flipout`` (Wen et al. 2018);
+- ``vdp``: the same network and guide trained by VDP++ moment propagation (``vdp``; "Efficient
+  Scaling of Bayesian Neural Networks", IEEE Access 2024) (these four: the estimators of
+  :data:`pyrobnn.handlers.ESTIMATORS`, each guide under its own name in Pyro's param store);
 - ``autonormal``: Pyro's ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (optional:
   ``pip install bayesian-torch``; skipped when absent).
@@ -74,7 +76,6 @@ def _bayesian_torch(net: nn.Module, kind: str, x, y):
 
 
 def _autonormal(net: nn.Module, x, y):
-    pyro.clear_param_store()
     model = BayesianNetwork(copy.deepcopy(net), prior=GaussianPrior(), num_data=NUM_DATA).to(x.device)
     guide = pyro.infer.autoguide.AutoNormal(model)
     svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), pyro.infer.TraceMeanField_ELBO())
@@ -85,8 +86,9 @@ def steppers(name: str, x, y) -> dict:
     """One closure ``step()`` (an optimiser step on ``(x, y)``) per available method, all on copies of
     the same network."""
     torch.manual_seed(0)
+    pyro.clear_param_store()  # AutoNormal's names are the same for every network
     net = NETWORKS[name]()
-    methods = {method: training_step(net, x, y, estimator) for method, estimator in ESTIMATOR_OF.items()}
+    methods = {method: training_step(net, x, y, estimator, name=method) for method, estimator in ESTIMATOR_OF.items()}
     methods.update(autonormal=_autonormal(net, x, y), bt_reparam=_bayesian_torch(net, "Reparameterization", x, y),
                    bt_flipout=_bayesian_torch(net, "Flipout", x, y))
     return {k: v for k, v in methods.items() if v is not None}

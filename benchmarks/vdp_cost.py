@@ -1,5 +1,7 @@
-"""Cost of VDP++ training against deterministic and Bayes-by-Backprop training (paper 002, Fig. 1).
+"""Cost of VDP++ training against deterministic and Bayes-by-Backprop training (VDP++, IEEE Access 2024, Fig. 1).
 
+VDP++ is the variance-only density propagation of "Efficient Scaling of Bayesian Neural Networks"
+(IEEE Access 2024); Bayes by Backprop is weight sampling (Blundell et al. 2015).
 LeNet-5 on 28x28 inputs, batch 512 (the paper's setting), one Adam step of each method
 measured side by side (:func:`pyrobnn.analysis.cost.compare_training_cost`): milliseconds per step and
 per 60k-image epoch, and the peak memory a step allocates beyond the set-up (CPU: peak size of

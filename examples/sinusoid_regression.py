@@ -1,15 +1,16 @@
 """Sinusoid regression with predictive bands: variational dense vs additive VD vs a deterministic MLP.
 
-Paper 001 eq. (4.1), after Blundell et al. (2015): y = x + 0.3 sin(2π(x+ε)) +
+The toy problem of Blundell et al. (2015), as set in eq. (4.1) of the VariationalMLP.jl thesis
+(variational dropout and variational dense layers for MLPs): y = x + 0.3 sin(2π(x+ε)) +
 0.3 sin(4π(x+ε)) + ε, ε ~ N(0, 0.02²), x ~ U[0, 0.5]; 40 training points, the
 other 460 for testing. A 1-64-1 ReLU MLP with a homoscedastic Gaussian
 likelihood (noise scale learned) is trained full-batch:
 
-- ``dense``: variational dense (Graves 2011), Gaussian prior with sigma_p = 2 (paper 001);
-- ``additive``: additive variational dropout (Molchanov 2017), log-uniform prior;
+- ``dense``: variational dense (Graves 2011), Gaussian prior with sigma_p = 2 (as in the thesis);
+- ``additive``: additive variational dropout (Molchanov, Ashukha & Vetrov 2017), log-uniform prior;
 - ``deterministic``: the same MLP by maximum likelihood.
 
-The Bayesian methods use paper 001's regression schedule, KL off for ``--warmup``
+The Bayesian methods use the thesis's regression schedule, KL off for ``--warmup``
 epochs then annealed linearly over ``--anneal`` epochs. Prints test MSE (and
 NLL) per method, saves ``--plot`` (predictive mean and ±2 std bands on
 x ∈ [-0.5, 1.0], training points marked) and prints one JSON line last.
@@ -38,14 +39,16 @@ GRID = torch.linspace(-0.5, 1.0, 301).unsqueeze(-1)
 
 
 def build(method: str, net):
+    """Model and guide of one method; each guide keeps its parameters under its own name (``method``)
+    in Pyro's param store."""
     if method == "dense":
         model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), prior=GaussianPrior(0.0, 2.0))
-        return model, NormalGuide(model, init_rho=-6.0, parameterization="log_variance")
+        return model, NormalGuide(model, init_rho=-6.0, parameterization="log_variance", name=method)
     if method == "additive":
         model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), prior=LogUniformPrior())
-        return model, AdditiveDropoutGuide(model, init_log_sigma2=-10.0)
+        return model, AdditiveDropoutGuide(model, init_log_sigma2=-10.0, name=method)
     model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), deterministic=True)
-    return model, NormalGuide(model)
+    return model, NormalGuide(model, name=method)
 
 
 def band_width(pred: dict, inside: torch.Tensor) -> tuple[float, float]:

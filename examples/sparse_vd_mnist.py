@@ -1,22 +1,25 @@
-"""Sparse variational networks on MNIST / Fashion-MNIST: paper 001 (VariationalMLP.jl) in Pyro.
+"""Sparse variational networks on MNIST / Fashion-MNIST: the VariationalMLP.jl thesis's experiments in Pyro.
 
-LeNet-300-100 trained three ways, as in paper 001 chapter 4:
+LeNet-300-100 trained three ways, as in chapter 4 of the VariationalMLP.jl thesis (variational
+dropout and variational dense layers for MLPs):
 
 - ``dense``: variational dense (Graves 2011): diagonal Normal with log-variance
   parameterisation, Gaussian N(0, 1) prior, pruned by signal-to-noise |mu|/sigma < 0.83;
-- ``additive``: sparse variational dropout (Molchanov 2017), log-uniform prior, pruned by log alpha > 3;
-- ``multiplicative``: variational dropout (Kingma 2015): w = theta (1 + sqrt(alpha) eps) with
+- ``additive``: sparse variational dropout (Molchanov, Ashukha & Vetrov 2017), log-uniform prior,
+  pruned by log alpha > 3;
+- ``multiplicative``: variational dropout (Kingma, Salimans & Welling 2015): w = theta (1 + sqrt(alpha) eps) with
   log alpha learned per weight, log-uniform prior, pruned by log alpha > 3. Kingma's alpha <= 1
   (the guide's default) can never reach log alpha = 3, so here alpha is bounded by
   ``--max-log-alpha`` (default 8, as the additive guide's clip) and the KL uses Molchanov's
   approximation, valid for every alpha: the multiplicative against the additive
-  parameterisation of the same posterior, as compared in paper 001 (Fig. 4.9).
+  parameterisation of the same posterior, as compared in the thesis (Fig. 4.9).
 
 Two pre-training strategies: ``frequentist`` (a deterministic network trained for
 half the epochs, then the posterior means start from its weights with tiny
 variances and the KL is annealed in linearly) and ``warmup`` (Bayesian from the
 start, KL off for the first quarter of the epochs, then annealed). Training uses
-local reparameterization. For each method it reports test accuracy, accuracy after
+local reparameterization (Kingma, Salimans & Welling 2015) and prints the sparsity of the
+guide's principled rule after every epoch. For each method it reports test accuracy, accuracy after
 principled pruning and after random pruning at the same per-layer sparsity, the
 per-layer sparsity, and test error against the number of Monte-Carlo samples T
 (mean and std over repeats).
@@ -24,7 +27,8 @@ per-layer sparsity, and test error against the number of Monte-Carlo samples T
     python examples/sparse_vd_mnist.py --dataset mnist --method all --pretrain frequentist --epochs 40
 
 The last line is one JSON object: per method ``{"accuracy", "pruned_accuracy",
-"random_pruned_accuracy", "sparsity", "layer_sparsity", "error_vs_T"}``.
+"random_pruned_accuracy", "sparsity", "layer_sparsity", "error_vs_T"}``, ``layer_sparsity``
+a dict ``{site: fraction removed}``.
 """
 
 from __future__ import annotations
@@ -38,12 +42,18 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from pyrobnn import (AdditiveDropoutGuide, BayesianNetwork, GaussianPrior, LogUniformPrior,
-                     MultiplicativeDropoutGuide, NormalGuide)
+from pyrobnn import (
+    AdditiveDropoutGuide,
+    BayesianNetwork,
+    GaussianPrior,
+    LogUniformPrior,
+    MultiplicativeDropoutGuide,
+    NormalGuide,
+)
+from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, record_sparsity, sparsity
 from pyrobnn.data import load_dataset
 from pyrobnn.models import MLP
 from pyrobnn.predict import evaluate
-from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, sparsity
 from pyrobnn.schedules import Constant, LinearWarmup
 from pyrobnn.train import fit
 
@@ -52,18 +62,20 @@ T_VALUES = (1, 2, 5, 10, 20, 50)
 
 
 def make_guide(method: str, model, args):
+    """The guide of one method, its parameters named after the method in Pyro's param store."""
     if method == "dense":
-        return NormalGuide(model, init_rho=-6.0, parameterization="log_variance")
+        return NormalGuide(model, init_rho=-6.0, parameterization="log_variance", name=method)
     if method == "additive":
-        return AdditiveDropoutGuide(model, init_log_sigma2=-10.0)
+        return AdditiveDropoutGuide(model, init_log_sigma2=-10.0, name=method)
     if args.max_log_alpha <= 0:
-        return MultiplicativeDropoutGuide(model, init_log_alpha=-4.0, max_log_alpha=args.max_log_alpha)
+        return MultiplicativeDropoutGuide(model, init_log_alpha=-4.0, max_log_alpha=args.max_log_alpha, name=method)
     return MultiplicativeDropoutGuide(model, init_log_alpha=-4.0, max_log_alpha=args.max_log_alpha,
-                                      approximation="molchanov")
+                                      approximation="molchanov", name=method)
 
 
 def train_method(method: str, data, pretrained: torch.nn.Module | None, args) -> tuple:
     """The trained (model, guide) of one method."""
+    pyro.set_rng_seed(args.seed)  # every method starts from the same initial network
     net = copy.deepcopy(pretrained) if pretrained is not None else MLP(784, (300, 100), 10)
     prior = GaussianPrior(0.0, 1.0) if method == "dense" else LogUniformPrior()
     model = BayesianNetwork(net, prior=prior)
@@ -74,16 +86,18 @@ def train_method(method: str, data, pretrained: torch.nn.Module | None, args) ->
         epochs, beta = args.epochs, LinearWarmup(args.epochs // 4, max(1, args.epochs // 4))
     fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=128, lr=args.lr, beta=beta,
         estimator="local", seed=args.seed, device=args.device, progress=False,
-        on_epoch_end=lambda e, r: print(f"{method} epoch {e + 1}: nll {r['nll']:.4g} kl {r['kl']:.4g} "
-                                        f"sparsity {r.get('sparsity', 0):.3f} {r['seconds']:.1f}s", flush=True))
+        on_epoch_end=[record_sparsity(guide),
+                      lambda e, r: print(f"{method} epoch {e + 1}: nll {r['nll']:.4g} (per example) kl {r['kl']:.4g} "
+                                         f"nats sparsity {r['sparsity']:.3f} {r['seconds']:.1f}s", flush=True)])
     return model, guide
 
 
 def pretrain(data, args) -> torch.nn.Module:
     """Frequentist pre-training: a deterministic LeNet-300-100 for half the epochs."""
+    pyro.set_rng_seed(args.seed)
     net = MLP(784, (300, 100), 10)
     model = BayesianNetwork(net, deterministic=True)
-    guide = NormalGuide(model)
+    guide = NormalGuide(model, name="pretrain")
     fit(model, guide, data.x_train, data.y_train, epochs=args.epochs // 2, batch_size=128, lr=args.lr,
         beta=Constant(0.0), seed=args.seed, device=args.device, progress=False)
     pretrained = MLP(784, (300, 100), 10)  # a plain nn.Module again, with the trained weights
@@ -116,7 +130,7 @@ def report(method: str, model, guide, data, args) -> dict:
     pruned_accuracy = evaluate(model, guide, x, y, num_samples=args.samples)["accuracy"]
     total = removed.pop("total")
     return {"accuracy": accuracy, "pruned_accuracy": pruned_accuracy, "random_pruned_accuracy": random_accuracy,
-            "sparsity": total, "layer_sparsity": list(removed.values()),
+            "sparsity": total, "layer_sparsity": removed,
             "error_vs_T": {str(t): {"mean": m, "std": s} for t, (m, s) in errors.items()}}
 
 
@@ -155,7 +169,7 @@ def main():
     for method, r in results.items():
         table.add_row(method, f"{100 * r['accuracy']:.2f}", f"{100 * r['pruned_accuracy']:.2f}",
                       f"{100 * r['random_pruned_accuracy']:.2f}", f"{100 * r['sparsity']:.1f}",
-                      " / ".join(f"{100 * s:.0f}" for s in r["layer_sparsity"]))
+                      " / ".join(f"{100 * s:.0f}" for s in r["layer_sparsity"].values()))
     console.print(table)
     errors = Table(title=f"test error % vs number of MC samples T (mean ± std over {args.repeats} repeats)")
     errors.add_column("method")

@@ -4,10 +4,9 @@ from .conversion import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
 from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
-from .priors import LogUniformPrior
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
-from .priors import GaussianPrior, Prior, ScaleMixturePrior
+from .priors import GaussianPrior, LogUniformPrior, Prior, ScaleMixturePrior
 
 __version__ = "0.1.0"
 

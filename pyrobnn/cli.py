@@ -134,7 +134,8 @@ def _test_report(model, guide, data, num_samples: int, seed: int, reliability: O
     import pyro
 
     from .analysis.metrics import classification_metrics, reliability_diagram
-    from .predict import evaluate as evaluate_posterior, predict, predict_moments
+    from .predict import evaluate as evaluate_posterior
+    from .predict import predict, predict_moments
 
     pyro.set_rng_seed(seed)
     if data.task != "classification":

@@ -29,14 +29,13 @@ from .data import DATASETS
 from .guides import GUIDES
 from .guides.base import SHARING
 from .guides.normal import PARAMETERIZATIONS
+from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 from .likelihoods import LIKELIHOODS, Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
 from .models import MODELS, build_model
 from .priors import PRIORS, ScaleMixturePrior
 from .schedules import SCHEDULES
 from .train import fit
-
-from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 
 __all__ = [
     "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",

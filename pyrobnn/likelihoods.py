@@ -18,10 +18,10 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
-from torch import nn
 from pyro.distributions import constraints
 from pyro.nn import PyroModule
 from pyro.poutine.util import is_validation_enabled
+from torch import nn
 
 from .checks import check_labels, check_probs, choice, positive
 from .moments import Moments

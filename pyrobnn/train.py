@@ -31,9 +31,9 @@ import pyro
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .checks import positive_int
 from .device import resolve_device
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .elbo import MeanFieldELBO
 from .handlers import ESTIMATORS, kl_annealing
 from .handlers import estimator as estimator_handler

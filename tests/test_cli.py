@@ -11,7 +11,9 @@ import shutil
 import pytest
 import torch
 
-from pyrobnn import __version__, config as config_module, cli as cli_module
+from pyrobnn import __version__
+from pyrobnn import cli as cli_module
+from pyrobnn import config as config_module
 from pyrobnn import data as pyrobnn_data
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.cli import epoch_line, main
@@ -464,8 +466,7 @@ def test_every_choice_of_the_command_line_is_accepted_by_the_api():
     are validated here against the constructors, so the lists cannot drift."""
     import typing
 
-    from pyrobnn.config import (GuideOptions, LikelihoodOptions, OptimOptions, beta_schedule, build,
-                                make_likelihood)
+    from pyrobnn.config import GuideOptions, LikelihoodOptions, OptimOptions, beta_schedule, build, make_likelihood
     from pyrobnn.data import load_dataset
     from pyrobnn.train import make_optimizer
 

@@ -14,8 +14,7 @@ import torch
 from PIL import Image
 
 from pyrobnn import data as D
-from pyrobnn.data import images, sources
-from pyrobnn.data import DATASETS, cache_dir, cubic, data_root, load_dataset, sinusoid, two_moons
+from pyrobnn.data import DATASETS, cache_dir, cubic, data_root, images, load_dataset, sinusoid, sources, two_moons
 
 SHARED = Path(os.environ.get("PYROBNN_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 needs_mnist = pytest.mark.skipif(

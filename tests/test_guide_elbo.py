@@ -251,7 +251,6 @@ def test_scale_mixture_kl_is_the_single_sample_log_ratio():
 @pytest.mark.parametrize("loss", [pyrobnn.MeanFieldELBO(), pyro.infer.Trace_ELBO()], ids=["MeanFieldELBO", "Trace_ELBO"])
 def test_readme_twenty_line_svi_script(loss):
     import pyro
-    import torch
     from torch import nn
 
     import pyrobnn

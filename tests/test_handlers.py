@@ -173,8 +173,8 @@ def test_vectorized_prediction_of_convolutional_and_token_networks_is_weight_sam
     predictive draws S weight samples for them, so its outputs have the moments of the loop's; a
     network using a Bayesian parameter outside a layer (the ViT's positional embedding) falls back to
     the loop, and refuses vectorized=True clearly."""
-    from pyrobnn.particles import ParticlesUnsupported
     from pyrobnn.models import LeNet5, ViT
+    from pyrobnn.particles import ParticlesUnsupported
     from pyrobnn.predict import predictive_outputs
 
     net = LeNet5() if network == "lenet5" else ViT(dim=16, depth=1, heads=2, mlp_dim=32)

@@ -16,8 +16,8 @@ from pyrobnn import (
     MultiplicativeDropoutGuide,
     NormalGuide,
 )
-from pyrobnn.predict import predict
 from pyrobnn.analysis.prune import apply_masks, log_alpha_masks, magnitude_masks, random_masks, snr_masks, sparsity
+from pyrobnn.predict import predict
 
 WEIGHTS = ("net.0.weight", "net.2.weight")
 BIASES = ("net.0.bias", "net.2.bias")

@@ -17,8 +17,15 @@ from pyro.infer import SVI, Predictive, Trace_ELBO
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal
 from torch import nn
 
-from pyrobnn import BayesianNetwork, MeanFieldELBO, NormalGuide, ScaleMixturePrior, flipout, local_reparameterization
-from pyrobnn import weight_sampling
+from pyrobnn import (
+    BayesianNetwork,
+    MeanFieldELBO,
+    NormalGuide,
+    ScaleMixturePrior,
+    flipout,
+    local_reparameterization,
+    weight_sampling,
+)
 from pyrobnn.data import two_moons
 
 GUIDES = {

@@ -9,8 +9,6 @@ import torch
 from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
-from pyrobnn.models import MLP
-from pyrobnn.predict import predict_moments, predictive_outputs
 from pyrobnn.analysis.prune import magnitude_prune_module, pruning_curve
 from pyrobnn.analysis.robustness import (
     add_noise,
@@ -19,6 +17,8 @@ from pyrobnn.analysis.robustness import (
     noise_robustness,
     sampling_predictor,
 )
+from pyrobnn.models import MLP
+from pyrobnn.predict import predict_moments, predictive_outputs
 
 DB = 10 / math.log(10)  # d(10 log10 r) / d(r) at r = 1
 

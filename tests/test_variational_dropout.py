@@ -22,7 +22,6 @@ from pyrobnn import (
     NormalGuide,
     local_reparameterization,
 )
-from pyrobnn.gaussian_weight import GaussianWeight
 from pyrobnn.distributions import (
     KINGMA_CONSTANTS,
     MOLCHANOV_CONSTANTS,
@@ -31,6 +30,7 @@ from pyrobnn.distributions import (
     kingma_kl,
     molchanov_kl,
 )
+from pyrobnn.gaussian_weight import GaussianWeight
 
 # --------------------------------------------------------------------------- reference KL
 #

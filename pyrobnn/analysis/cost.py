@@ -11,19 +11,28 @@
   allocators keep no statistics, and a process's resident high-water mark also counts memory
   the allocator keeps after tensors die).
 
-Paper 002 (Fig. 1) compares epoch time and peak GPU memory at batch 512 this way.
+VDP++ ("Efficient Scaling of Bayesian Neural Networks", IEEE Access 2024, Fig. 1) compares epoch
+time and peak GPU memory at batch 512 this way.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 import weakref
 from typing import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+import torch.nn.functional as F
+from rich.table import Table
+
+from .._compat import TorchDispatchMode, tree_flatten
+from ..guides import NormalGuide
+from ..handlers import ESTIMATORS
+from ..likelihoods import Categorical
+from ..model import BayesianNetwork
+from ..train import make_optimizer, svi_step
 
 __all__ = ["LiveTensorMemory", "compare_training_cost", "cost_table", "peak_memory", "synchronize", "time_steps", "training_step"]
 
@@ -99,20 +108,18 @@ def time_steps(steps: dict[str, Callable[[], object]], rounds: int = 5, repeats:
 
 
 def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method: str = "det",
-                  share: str = "weight", num_data: int = 60000, prior=None) -> Callable[[], object]:
-    """A closure performing one Adam step on ``(x, y)`` with a copy of ``net``: ``"det"`` plain PyTorch
-    cross-entropy; an estimator name (``"sample"`` Bayes by Backprop, ``"local"``, ``"flipout"``,
-    ``"vdp"``) the network as a :class:`~pyrobnn.BayesianNetwork` with ``prior`` (default N(0, 1)) and a
-    :class:`~pyrobnn.NormalGuide` (``share``: one variance per weight or per output unit)."""
-    import copy
+                  share: str = "weight", num_data: int = 60000, prior=None,
+                  name: str | None = None) -> Callable[[], object]:
+    """A closure performing one Adam step on ``(x, y)`` with a copy of ``net``.
 
-    import torch.nn.functional as F
-
-    from ..guides import NormalGuide
-    from ..likelihoods import Categorical
-    from ..model import BayesianNetwork
-    from ..train import ESTIMATORS, make_optimizer, svi_step
-
+    ``method`` is ``"det"`` (plain PyTorch cross-entropy) or a key of
+    :data:`pyrobnn.handlers.ESTIMATORS`: the network as a :class:`~pyrobnn.BayesianNetwork` with
+    ``prior`` (default N(0, 1)) and a :class:`~pyrobnn.NormalGuide` (``share``: one variance per
+    weight or per output unit), stepped by :func:`pyrobnn.train.svi_step`, which runs the model
+    under that estimator's handler (:func:`pyrobnn.handlers.estimator`), as the training loop does.
+    ``name`` prefixes the guide's parameters in Pyro's param store (default ``"<method>_step"``);
+    steps timed side by side with the same estimator take different names.
+    """
     net = copy.deepcopy(net).to(x.device)
     if method == "det":
         optim = make_optimizer(net.parameters())
@@ -125,9 +132,9 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
 
         return step
     if method not in ESTIMATORS:
-        raise ValueError(f"method must be 'det' or an estimator {ESTIMATORS}, got {method!r}")
+        raise ValueError(f"method must be 'det' or an estimator {sorted(ESTIMATORS)}, got {method!r}")
     model = BayesianNetwork(net, Categorical(vdp_objective="cross_entropy"), prior=prior, num_data=num_data).to(x.device)
-    guide = NormalGuide(model, share=share).to(x.device)
+    guide = NormalGuide(model, share=share, name=f"{method}_step" if name is None else name).to(x.device)
     optim = make_optimizer(guide.parameters())
     return lambda: svi_step(model, guide, optim, x, y, estimator=method)
 
@@ -144,7 +151,8 @@ def compare_training_cost(net: torch.nn.Module, input_shape: tuple[int, ...], nu
     generator = torch.Generator().manual_seed(seed)
     x = torch.rand((batch_size,) + tuple(input_shape), generator=generator).to(device)
     y = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
-    steps = {label: training_step(net, x, y, method, share, num_data) for label, (method, share) in methods.items()}
+    steps = {label: training_step(net, x, y, method, share, num_data, name=f"{label}_step")
+             for label, (method, share) in methods.items()}
     ms = time_steps(steps, rounds=rounds, repeats=repeats, device=device)
     memory = {label: peak_memory(step, device) for label, step in steps.items()}
     steps_per_epoch = -(-num_data // batch_size)
@@ -155,8 +163,6 @@ def compare_training_cost(net: torch.nn.Module, input_shape: tuple[int, ...], nu
 
 def cost_table(title: str, cost: dict[str, dict[str, float]]):
     """A rich table of :func:`compare_training_cost`'s figures."""
-    from rich.table import Table
-
     table = Table(title=title)
     for column in ("method", "ms/step", "s/epoch", "peak MiB", "time x det", "memory x det"):
         table.add_column(column, justify="right")

@@ -39,8 +39,16 @@ import os
 from typing import Protocol
 
 from .formats import read_idx
-from .images import (CIFAR10_CLASSES, FASHION_MNIST_CLASSES, MNIST_CLASSES, decode_image_folder,
-                     load_cifar10, load_fashion_mnist, load_folder, load_mnist)
+from .images import (
+    CIFAR10_CLASSES,
+    FASHION_MNIST_CLASSES,
+    MNIST_CLASSES,
+    decode_image_folder,
+    load_cifar10,
+    load_fashion_mnist,
+    load_folder,
+    load_mnist,
+)
 from .sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
 from .splits import DataSplits, make_splits
 from .toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons

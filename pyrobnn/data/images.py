@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import sources
 from ..files import atomic_write
+from . import sources
 from .formats import extract_archive, read_idx
 from .splits import DataSplits, make_splits
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..distributions import DropoutNormal
 from ..checks import finite
+from ..distributions import DropoutNormal
 from .base import InitLoc, SiteGuide
 
 __all__ = ["AdditiveDropoutGuide"]

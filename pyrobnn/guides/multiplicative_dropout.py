@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..distributions import KL_APPROXIMATIONS, DropoutNormal
 from ..checks import finite
+from ..distributions import KL_APPROXIMATIONS, DropoutNormal
 from .base import InitLoc, SiteGuide, shared_shape
 
 __all__ = ["MultiplicativeDropoutGuide"]
