@@ -63,8 +63,7 @@ class Moments(DistributionTensor):
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
             raise TypeError(
                 f"vdp: no moment-propagation rule for {name}; the network uses an operation VDP++ does not "
-                f"cover (supported: linear, conv1d/2d/3d, elementwise activations, max/avg pooling, flatten/"
-                f"reshape, dropout, addition, softmax, batch/layer norm)"
+                f"cover (supported: {supported_operations()})"
             )
         return rule(*args, **kwargs)
 
@@ -322,3 +321,9 @@ def _rules() -> dict:
 
 
 _RULES = _rules()
+
+
+def supported_operations() -> str:
+    """The operations :class:`Moments` propagates, by name (read from the rule table)."""
+    names = {getattr(f, "__name__", None) or getattr(f, "__qualname__", repr(f)) for f in _RULES}
+    return ", ".join(sorted(n.split(".")[-1] for n in names))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import finite
+from ..checks import choice, finite
 from ..distributions import KL_APPROXIMATIONS, DropoutNormal
-from .base import InitLoc, SiteGuide, shared_shape
+from .base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["MultiplicativeDropoutGuide"]
 
@@ -27,10 +27,9 @@ class MultiplicativeDropoutGuide(SiteGuide):
     def __init__(self, model, init_loc: InitLoc = "module", init_log_alpha: float = -4.0,
                  share: str = "weight", max_log_alpha: float = 0.0, approximation: str = "kingma", *,
                  name: str | None = None):
-        shared_shape(torch.Size(), share)  # validates share
+        share = choice("share", share, SHARING)
         init_log_alpha = finite("init_log_alpha", init_log_alpha)
-        if approximation not in KL_APPROXIMATIONS:
-            raise ValueError(f"approximation must be one of {sorted(KL_APPROXIMATIONS)}, got {approximation!r}")
+        approximation = choice("approximation", approximation, KL_APPROXIMATIONS)
         if init_log_alpha > max_log_alpha:
             raise ValueError(f"init_log_alpha ({init_log_alpha}) must not exceed max_log_alpha ({max_log_alpha})")
         self.init_log_alpha, self.share = init_log_alpha, share

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from ..checks import finite
-from .base import InitLoc, SiteGuide, shared_shape
+from ..checks import choice, finite
+from .base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["NormalGuide", "PARAMETERIZATIONS"]
 
@@ -64,10 +64,8 @@ class NormalGuide(SiteGuide):
     def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,
                  parameterization: str = "softplus", share: str = "weight", *, name: str | None = None):
         init_rho = finite("init_rho", init_rho)
-        shared_shape(torch.Size(), share)  # validates share
-        self.share = share
-        if parameterization not in PARAMETERIZATIONS:
-            raise ValueError(f"parameterization must be one of {PARAMETERIZATIONS}, got {parameterization!r}")
+        self.share = choice("share", share, SHARING)
+        parameterization = choice("parameterization", parameterization, PARAMETERIZATIONS)
         self.init_rho, self.parameterization = init_rho, parameterization
         self._scale_role = "rhos" if parameterization == "softplus" else "log_variances"
         self.pruned_values = {"locs": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
