@@ -1,0 +1,244 @@
+r"""NUTS on a :class:`~pyrobnn.BayesianNetwork`: the exact posterior of the same model, as draws.
+
+The model SVI trains is a Pyro model, so Hamiltonian Monte Carlo can sample its
+posterior :math:`p(w \mid x, y) \propto p(w) \prod_n p(y_n \mid x_n, w)` directly
+(full batch; Neal 2011, Hoffman & Gelman 2014). Stock ``NUTS(model)`` re-traces
+the model through Pyro's effect stack at every leapfrog step; here the
+potential :math:`U(\theta) = -\log p(w(\theta)) - \sum_n \log p(y_n \mid x_n, w(\theta))`
+is a function of one flat vector :math:`\theta` of all Bayesian weights
+(:class:`FlatPotential`), given to ``pyro.infer.NUTS(potential_fn=...)``.
+
+:func:`sample_posterior` runs the chains and returns the draws with Pyro's
+diagnostics (split R-hat, bulk ESS, divergences, step size, leapfrog steps,
+wall time); :class:`PosteriorDraws` is an empirical guide that replays draw i on
+call i, so :func:`~pyrobnn.predict.predict`, :func:`~pyrobnn.predict.evaluate`
+and the metrics take NUTS exactly as they take a variational guide.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.infer import MCMC, NUTS
+from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+from torch import nn
+
+from ._compat import pyro_context
+from .checks import positive_int
+
+__all__ = ["FlatPotential", "MCMCResult", "PosteriorDraws", "sample_posterior", "chain_diagnostics",
+           "MAX_FULL_BATCH"]
+
+MAX_FULL_BATCH = 10_000
+"""The largest training set :func:`sample_posterior` accepts: NUTS evaluates the full-batch
+likelihood hundreds of times per draw, so beyond this use SVI (``pyrobnn.train.fit``)."""
+
+
+class FlatPotential:
+    r"""The potential energy :math:`U(\theta)` of a network's posterior on full-batch data ``(x, y)``.
+
+    :math:`\theta` is the concatenation of every Bayesian weight (in :meth:`BayesianNetwork.sites` order);
+    the network runs with those weights through the PyroModule cache, without sample statements, and the
+    likelihood is the model's own (:meth:`Likelihood.distribution`), unscaled (the batch is the data set).
+    Called with ``{"weights": theta}`` as ``NUTS(potential_fn=...)`` does. Deterministic parameters of the
+    model (e.g. a learned noise scale) are held at their current values.
+    """
+
+    def __init__(self, model, x: torch.Tensor, y: torch.Tensor):
+        self.model, self.x, self.y = model, x, y
+        sites = model.sites()
+        if not sites:
+            raise ValueError("the model has no Bayesian parameters to sample (was it built with deterministic=True?)")
+        self.names = [site.name for site in sites]
+        self.shapes = [site.shape for site in sites]
+        self.priors = [site.prior_distribution() for site in sites]
+        self.evaluations = 0
+        theta = self.initial()
+        for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
+            try:
+                density = prior.log_prob(value)
+            except NotImplementedError:
+                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has no density: NUTS needs "
+                                 "log p(w); use a Gaussian or scale-mixture prior") from None
+            if not torch.isfinite(density):
+                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has log density {density} at "
+                                 "the network's weights: NUTS needs a proper prior with a finite density")
+
+    @property
+    def size(self) -> int:
+        """The number of sampled weights, the dimension of :math:`\\theta`."""
+        return sum(math.prod(shape) for shape in self.shapes)
+
+    def initial(self) -> torch.Tensor:
+        """The network's current weights as one flat vector."""
+        return torch.cat([site.init.reshape(-1) for site in self.model.sites()]).detach()
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{site name: weight}`` from a flat vector (or ``(..., D)`` batch: the last dimension is split)."""
+        parts = theta.split([math.prod(shape) for shape in self.shapes], dim=-1)
+        return {name: part.reshape(theta.shape[:-1] + shape)
+                for name, part, shape in zip(self.names, parts, self.shapes)}
+
+    def network(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The network's output with these weights (no Pyro sample statements are run)."""
+        context = pyro_context(self.model)
+        with context:
+            for name, value in weights.items():
+                context.set(name, value)
+            return self.model.net(x)
+
+    def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`."""
+        weights = self.unflatten(theta)
+        log_prior = sum(prior.log_prob(value) for prior, value in zip(self.priors, weights.values()))
+        output = self.network(weights, self.x)
+        return log_prior + self.model.likelihood.distribution(output).log_prob(self.y).sum()
+
+    def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.evaluations += 1
+        return -self.log_joint(params["weights"])
+
+
+def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """Split R-hat (Gelman et al. 2013) and bulk effective sample size per site, from draws shaped
+    ``(chains, samples, ...)``: the worst element of each site (largest R-hat, smallest ESS)."""
+    out = {}
+    for name, value in draws.items():
+        flat = value.reshape(value.shape[:2] + (-1,)).double()
+        r_hat = split_gelman_rubin(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 4 else torch.full(
+            flat.shape[2:], math.nan)
+        ess = effective_sample_size(flat, chain_dim=0, sample_dim=1)
+        out[name] = {"r_hat_max": float(torch.nan_to_num(r_hat, nan=math.inf).max()),
+                     "ess_min": float(torch.nan_to_num(ess, nan=0.0).min())}
+    return out
+
+
+@dataclass
+class MCMCResult:
+    """Draws ``{site: (chains, samples, ...)}`` and their diagnostics."""
+
+    draws: dict[str, torch.Tensor]
+    diagnostics: dict = field(default_factory=dict)
+
+    @property
+    def num_draws(self) -> int:
+        first = next(iter(self.draws.values()))
+        return first.shape[0] * first.shape[1]
+
+    def posterior(self) -> "PosteriorDraws":
+        """The empirical guide of all chains' draws (chain-major)."""
+        return PosteriorDraws({name: value.flatten(0, 1) for name, value in self.draws.items()})
+
+
+class PosteriorDraws(nn.Module):
+    r"""An empirical guide :math:`q(w) = \frac1S \sum_s \delta(w - w_s)`: call i replays draw ``i mod S`` of every
+    site as a ``Delta`` site, so ``predict(model, PosteriorDraws(draws), x, num_samples=len(draws))`` averages
+    the predictive over the draws, exactly as for a variational guide.
+
+    :param draws: ``{site name: tensor (S, ...)}`` (e.g. :meth:`MCMCResult.posterior`).
+    """
+
+    def __init__(self, draws: dict[str, torch.Tensor]):
+        super().__init__()
+        if not draws:
+            raise ValueError("draws must name at least one site")
+        counts = {name: value.shape[0] for name, value in draws.items()}
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"every site needs the same number of draws, got {counts}")
+        self.names = list(draws)
+        for i, value in enumerate(draws.values()):
+            self.register_buffer(f"draws_{i}", value.detach().clone())
+        self.index = 0
+
+    def __len__(self) -> int:
+        return self.draws_0.shape[0]
+
+    def draws(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, f"draws_{i}") for i, name in enumerate(self.names)}
+
+    def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        i, self.index = self.index % len(self), self.index + 1
+        return {name: pyro.sample(name, dist.Delta(value[i], event_dim=value.dim() - 1))
+                for name, value in self.draws().items()}
+
+
+def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
+                     num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
+                     max_tree_depth: int = 10, jit: bool = False, progress: bool = False,
+                     max_data: int = MAX_FULL_BATCH) -> MCMCResult:
+    """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
+
+    Chains run one after the other, each from the network's current weights plus
+    :math:`\\mathcal N(0, \\text{init\\_jitter}^2)` noise (chains started at unrelated random weights land in
+    modes that differ by a permutation of hidden units, which R-hat on weights reports as non-mixing).
+    Step size and a diagonal mass matrix are adapted during ``warmup``.
+
+    :returns: :class:`MCMCResult` with ``draws`` ``{site: (chains, samples, ...)}`` and ``diagnostics``:
+        ``r_hat_max`` and ``ess_min`` over all sites (and per site), ``divergences`` (count), ``divergence_rate``,
+        ``step_size`` and ``accept_prob`` per chain, ``leapfrog_steps`` (mean per draw), ``seconds``,
+        ``converged`` (R-hat <= 1.05 everywhere) and ``warnings`` (plain sentences).
+    """
+    num_samples = positive_int("num_samples", num_samples)
+    num_chains = positive_int("num_chains", num_chains)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} examples but y has {y.shape[0]}")
+    if x.shape[0] > max_data:
+        raise ValueError(f"NUTS runs full batch: {x.shape[0]} training examples exceed max_data={max_data}; use SVI "
+                         "(pyrobnn.train.fit) or a subset (--train-size)")
+    model.check_input(x[:1])
+    potential = FlatPotential(model, x, y)
+    start = potential.initial()
+    generator = torch.Generator().manual_seed(seed)
+    chains, per_chain, tick = [], [], time.perf_counter()
+    for chain in range(num_chains):
+        pyro.set_rng_seed(seed * 1009 + chain)
+        init = start + init_jitter * torch.randn(start.shape, generator=generator, dtype=start.dtype)
+        kernel = NUTS(potential_fn=potential, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                      jit_compile=jit, ignore_jit_warnings=True)
+        counts = []
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, initial_params={"weights": init},
+                    disable_progbar=not progress,
+                    hook_fn=lambda kernel, params, stage, i: counts.append((stage, potential.evaluations)))
+        mcmc.run()
+        chains.append(mcmc.get_samples()["weights"].detach())
+        stats = mcmc.diagnostics()
+        sampling = [n for stage, n in counts if stage == "Sample"]
+        per_chain.append({
+            "divergences": len(stats["divergences"]["chain 0"]),
+            "accept_prob": float(stats["acceptance rate"]["chain 0"]),
+            "step_size": float(kernel.step_size),
+            "leapfrog_steps": (sampling[-1] - sampling[0]) / max(len(sampling) - 1, 1) if sampling else math.nan,
+        })
+    seconds = time.perf_counter() - tick
+    draws = potential.unflatten(torch.stack(chains))  # (chains, samples, ...)
+    per_site = chain_diagnostics(draws)
+    divergences = sum(c["divergences"] for c in per_chain)
+    diagnostics = {
+        "r_hat_max": max(d["r_hat_max"] for d in per_site.values()),
+        "ess_min": min(d["ess_min"] for d in per_site.values()),
+        "sites": per_site,
+        "divergences": divergences,
+        "divergence_rate": divergences / (num_chains * num_samples),
+        "chains": per_chain,
+        "leapfrog_steps": sum(c["leapfrog_steps"] for c in per_chain) / num_chains,
+        "seconds": seconds,
+        "num_weights": potential.size,
+    }
+    warnings = []
+    if num_chains > 1 and not diagnostics["r_hat_max"] <= 1.05:
+        worst = max(per_site, key=lambda n: per_site[n]["r_hat_max"])
+        warnings.append(f"chains disagree: split R-hat {diagnostics['r_hat_max']:.3f} > 1.05 (worst site {worst!r}); "
+                        "the draws are not from one posterior mode, run longer or check the chains")
+    if diagnostics["divergence_rate"] > 0.01:
+        warnings.append(f"{divergences} divergent transitions ({100 * diagnostics['divergence_rate']:.1f} %): raise "
+                        "target_accept or reparameterize the prior")
+    diagnostics["converged"] = num_chains > 1 and diagnostics["r_hat_max"] <= 1.05
+    diagnostics["warnings"] = warnings
+    return MCMCResult(draws, diagnostics)
