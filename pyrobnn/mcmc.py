@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro.distributions import constraints
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 from torch import nn
 
 from ._compat import pyro_context
-from .checks import positive_int
+from .checks import in_range, nonnegative, positive_int
+from .distributions import LogUniform
 
 __all__ = ["FlatPotential", "MCMCResult", "PosteriorDraws", "sample_posterior", "chain_diagnostics",
            "MAX_FULL_BATCH"]
@@ -60,11 +62,26 @@ class FlatPotential:
         self.evaluations = 0
         theta = self.initial()
         for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
+            if isinstance(prior, LogUniform):
+                raise ValueError(f"the prior of site {name!r} is the improper log-uniform prior p(w) ~ 1/|w|, whose "
+                                 "posterior is improper too (infinite mass at w = 0): NUTS needs a proper prior; "
+                                 "use a Gaussian or scale-mixture prior")
+            support = prior.support
+            while isinstance(support, constraints.independent):
+                support = support.base_constraint
+            if support is not constraints.real:
+                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has support {prior.support}, "
+                                 "not every real number: NUTS moves the weights freely over the reals; use a prior "
+                                 "on all reals (a Gaussian or scale-mixture prior)")
             try:
                 density = prior.log_prob(value)
             except NotImplementedError:
                 raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has no density: NUTS needs "
                                  "log p(w); use a Gaussian or scale-mixture prior") from None
+            if density.shape != ():
+                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) gives log densities of shape "
+                                 f"{tuple(density.shape)}, not one number: its event shape must be the parameter's "
+                                 f"shape {tuple(value.shape)} (e.g. .to_event({value.dim()}))")
             if not torch.isfinite(density):
                 raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has log density {density} at "
                                  "the network's weights: NUTS needs a proper prior with a finite density")
@@ -106,13 +123,17 @@ class FlatPotential:
 
 def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     """Split R-hat (Gelman et al. 2013) and bulk effective sample size per site, from draws shaped
-    ``(chains, samples, ...)``: the worst element of each site (largest R-hat, smallest ESS)."""
+    ``(chains, samples, ...)``: the worst element of each site (largest R-hat, smallest ESS). R-hat needs
+    at least 4 draws per chain and ESS 2; with fewer they read ``inf`` and ``0`` (not checkable)."""
     out = {}
     for name, value in draws.items():
+        if value.dim() < 2:
+            raise ValueError(f"draws of site {name!r} must be shaped (chains, samples, ...), got {tuple(value.shape)}")
         flat = value.reshape(value.shape[:2] + (-1,)).double()
         r_hat = split_gelman_rubin(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 4 else torch.full(
             flat.shape[2:], math.nan)
-        ess = effective_sample_size(flat, chain_dim=0, sample_dim=1)
+        ess = effective_sample_size(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 2 else torch.full(
+            flat.shape[2:], math.nan)
         out[name] = {"r_hat_max": float(torch.nan_to_num(r_hat, nan=math.inf).max()),
                      "ess_min": float(torch.nan_to_num(ess, nan=0.0).min())}
     return out
@@ -170,13 +191,17 @@ class PosteriorDraws(nn.Module):
 def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
                      num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
                      max_tree_depth: int = 10, jit: bool = False, progress: bool = False,
-                     max_data: int = MAX_FULL_BATCH) -> MCMCResult:
+                     max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None) -> MCMCResult:
     """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
 
-    Chains run one after the other, each from the network's current weights plus
+    Chains run one after the other, each from the network's current weights (or its row of ``initial``) plus
     :math:`\\mathcal N(0, \\text{init\\_jitter}^2)` noise (chains started at unrelated random weights land in
     modes that differ by a permutation of hidden units, which R-hat on weights reports as non-mixing).
     Step size and a diagonal mass matrix are adapted during ``warmup``.
+
+    :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
+    :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
+        chain, or ``(num_chains, D)``, one row per chain.
 
     :returns: :class:`MCMCResult` with ``draws`` ``{site: (chains, samples, ...)}`` and ``diagnostics``:
         ``r_hat_max`` and ``ess_min`` over all sites (and per site), ``divergences`` (count), ``divergence_rate``,
@@ -187,6 +212,12 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     num_chains = positive_int("num_chains", num_chains)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    init_jitter = nonnegative("init_jitter (std of the noise added to the initial weights)", init_jitter)
+    target_accept = in_range("target_accept (NUTS target acceptance probability)", target_accept, 0, 1, "()")
+    max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
+    max_data = positive_int("max_data (the largest full-batch training set)", max_data)
+    if not torch.is_tensor(x) or not torch.is_tensor(y):
+        raise TypeError(f"x and y must be tensors, got {type(x).__name__} and {type(y).__name__}")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} examples but y has {y.shape[0]}")
     if x.shape[0] > max_data:
@@ -195,26 +226,42 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     model.check_input(x[:1])
     potential = FlatPotential(model, x, y)
     start = potential.initial()
+    if initial is None:
+        starts = start.expand(num_chains, -1)
+    else:
+        if not torch.is_tensor(initial) or initial.shape not in ((potential.size,), (num_chains, potential.size)):
+            raise ValueError(f"initial must be a tensor of shape ({potential.size},) or ({num_chains}, "
+                             f"{potential.size}) (num_chains x the number of weights), got "
+                             f"{tuple(initial.shape) if torch.is_tensor(initial) else type(initial).__name__}")
+        if not torch.isfinite(initial).all():
+            raise ValueError("initial weights must be finite")
+        starts = initial.detach().to(start).expand(num_chains, -1)
     generator = torch.Generator().manual_seed(seed)
     chains, per_chain, tick = [], [], time.perf_counter()
     for chain in range(num_chains):
         pyro.set_rng_seed(seed * 1009 + chain)
-        init = start + init_jitter * torch.randn(start.shape, generator=generator, dtype=start.dtype)
+        noise = torch.randn(start.shape, generator=generator, dtype=start.dtype).to(start.device)
+        init = starts[chain] + init_jitter * noise
         kernel = NUTS(potential_fn=potential, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                       jit_compile=jit, ignore_jit_warnings=True)
-        counts = []
+        counts, stats = [], {}
+
+        def hook(kernel, params, stage, i, counts=counts, stats=stats):
+            counts.append((stage, potential.evaluations))
+            if stage == "Sample":  # the kernel's own counts, read before MCMC resets it (its
+                stats.update(kernel.diagnostics())  # diagnostics() needs >= 4 draws for R-hat)
+
         mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, initial_params={"weights": init},
-                    disable_progbar=not progress,
-                    hook_fn=lambda kernel, params, stage, i: counts.append((stage, potential.evaluations)))
+                    disable_progbar=not progress, hook_fn=hook)
         mcmc.run()
         chains.append(mcmc.get_samples()["weights"].detach())
-        stats = mcmc.diagnostics()
         sampling = [n for stage, n in counts if stage == "Sample"]
         per_chain.append({
-            "divergences": len(stats["divergences"]["chain 0"]),
-            "accept_prob": float(stats["acceptance rate"]["chain 0"]),
+            "divergences": len(stats["divergences"]),
+            "accept_prob": float(stats["acceptance rate"]),
             "step_size": float(kernel.step_size),
-            "leapfrog_steps": (sampling[-1] - sampling[0]) / max(len(sampling) - 1, 1) if sampling else math.nan,
+            "leapfrog_steps": ((sampling[-1] - sampling[0]) / (len(sampling) - 1) if len(sampling) > 1
+                               else math.nan),
         })
     seconds = time.perf_counter() - tick
     draws = potential.unflatten(torch.stack(chains))  # (chains, samples, ...)
@@ -232,7 +279,10 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         "num_weights": potential.size,
     }
     warnings = []
-    if num_chains > 1 and not diagnostics["r_hat_max"] <= 1.05:
+    if num_samples < 4:
+        warnings.append(f"{num_samples} draws per chain are too few for split R-hat (it needs 4): convergence "
+                        "cannot be checked, draw more samples")
+    elif num_chains > 1 and not diagnostics["r_hat_max"] <= 1.05:
         worst = max(per_site, key=lambda n: per_site[n]["r_hat_max"])
         warnings.append(f"chains disagree: split R-hat {diagnostics['r_hat_max']:.3f} > 1.05 (worst site {worst!r}); "
                         "the draws are not from one posterior mode, run longer or check the chains")
