@@ -1,8 +1,11 @@
-"""``pyrobnn`` command line (tyro): ``train`` a Bayesian network, ``evaluate`` or ``prune`` a checkpoint.
+"""``pyrobnn`` command line (tyro): ``train`` a Bayesian network, ``evaluate`` or ``prune`` a checkpoint,
+sample a small network's exact posterior with NUTS (``mcmc``).
 
     pyrobnn train --dataset mnist --train-size 5000 --epochs 3 --out runs/demo
     pyrobnn evaluate --checkpoint runs/demo/checkpoint.pt --json runs/demo/eval.json
     pyrobnn prune --checkpoint runs/demo/checkpoint.pt --method snr
+    pyrobnn mcmc --dataset two-moons --hidden 16 --num-samples 500 --warmup 500 --num-chains 2 --out runs/nuts
+    pyrobnn evaluate --checkpoint runs/nuts/draws.pt
     pyrobnn --version
 
 Every run is validated (options, output directory, a resumed checkpoint) before anything
@@ -10,7 +13,16 @@ is trained or written; outputs are written atomically (:func:`pyrobnn.files.atom
 An error is one line ``error: ...`` on stderr and exit status 2; a diverged training run
 exits with status 1 and keeps its last good checkpoint. The same ``--seed`` gives the same
 numbers: it seeds the data subsets, the weight initialisation, training, and the
-Monte-Carlo test report.
+Monte-Carlo test report (for ``mcmc``: the generated data, the initial weights and the chains).
+
+``pyrobnn mcmc`` writes ``draws.pt`` (:data:`MCMC_KIND` under ``"kind"``, the run's
+:class:`~pyrobnn.config.MCMCConfig`, the model's ``state_dict`` and the draws
+``{site: (chains, samples, ...)}``, loadable with the safe loader), ``diagnostics.json`` (R-hat,
+ESS, divergences, step sizes, time, warnings, and the test metrics) and a plot:
+``boundary.png`` (classification: mean probability and epistemic uncertainty over the input
+plane) or ``predictive.png`` (regression: predictive mean, 95 % bands, training points).
+``pyrobnn evaluate`` takes that ``draws.pt`` and evaluates the empirical posterior
+(:class:`~pyrobnn.mcmc.PosteriorDraws`, every draw once) with the same metrics.
 """
 
 from __future__ import annotations
@@ -24,17 +36,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
+import torch
 from rich.console import Console
 from rich.table import Table
 from tyro.conf import arg
 
 from .checkpoint import load_checkpoint
-from .config import RESUMABLE, RunConfig, beta_schedule, build
+from .config import MCMC_MAX_WEIGHTS, RESUMABLE, MCMCConfig, RunConfig, beta_schedule, build, build_network
 from .device import resolve_device
-from .files import check_writable, write_json
+from .files import atomic_write, check_writable, write_json
 from .train import TrainingDiverged, fit
 
-__all__ = ["main", "train", "evaluate", "prune", "Evaluate", "Prune", "epoch_line"]
+__all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "epoch_line", "MCMC_KIND"]
+
+MCMC_KIND = "mcmc"
+"""The ``"kind"`` entry of a ``draws.pt`` written by ``pyrobnn mcmc``."""
 
 console = Console()
 
@@ -120,11 +136,15 @@ def metrics_table(title: str, rows: dict[str, dict[str, float]]) -> Table:
 # ---------------------------------------------------------------------- shared steps
 
 
-def _load_data(cfg: RunConfig):
+def _seed(cfg) -> int:
+    return cfg.output.seed if isinstance(cfg, MCMCConfig) else cfg.optim.seed
+
+
+def _load_data(cfg):
     from .data import load_dataset
 
     return load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
-                        test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=cfg.optim.seed)
+                        test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=_seed(cfg))
 
 
 def _test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
@@ -159,11 +179,17 @@ def _load_states(path: Path, state: dict, model, guide) -> None:
                          f"(another network or sizes?): {detail[:300]}") from None
 
 
-def _stored_config(path: Path, state: dict) -> RunConfig:
+def _is_draws(state: dict) -> bool:
+    """Whether a loaded checkpoint is the ``draws.pt`` of ``pyrobnn mcmc``."""
+    return state.get("kind") == MCMC_KIND
+
+
+def _stored_config(path: Path, state: dict):
+    """The checkpoint's :class:`RunConfig` (:class:`MCMCConfig` for a ``draws.pt``)."""
     if not state.get("config"):
         raise ValueError(f"checkpoint {path} stores no run configuration (it was not written by `pyrobnn train`)")
     try:
-        return RunConfig.from_dict(state["config"])
+        return (MCMCConfig if _is_draws(state) else RunConfig).from_dict(state["config"])
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: {error}") from None
 
@@ -254,12 +280,12 @@ def train(cfg: RunConfig) -> dict[str, float]:
 
 @dataclass
 class Evaluate:
-    """Evaluate a checkpoint written by `pyrobnn train` on its dataset's test split."""
+    """Evaluate a checkpoint written by `pyrobnn train` (or the draws.pt of `pyrobnn mcmc`) on its dataset's test split."""
 
     checkpoint: Annotated[Path, arg(metavar="FILE")]
-    """The checkpoint.pt to evaluate."""
+    """The checkpoint.pt (or draws.pt) to evaluate."""
     num_samples: int = 100
-    """Monte-Carlo samples of the posterior predictive."""
+    """Monte-Carlo samples of the posterior predictive (the draws.pt of pyrobnn mcmc: each of its draws once)."""
     seed: int = 0
     """Seed of the Monte-Carlo samples."""
     data_root: Annotated[Optional[Path], arg(metavar="PATH", help_behavior_hint="(default: as trained)")] = None
@@ -274,10 +300,38 @@ class Evaluate:
     """Where to evaluate (auto: cuda when available)."""
 
 
-def _restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None):
+def _posterior_draws(path: Path, state: dict, model):
+    """The empirical posterior (:class:`~pyrobnn.mcmc.PosteriorDraws`) of a ``draws.pt``, checked against
+    the model built from its configuration, whose deterministic parameters it loads."""
+    from .mcmc import MCMCResult
+
+    draws = state.get("draws")
+    if (not isinstance(draws, dict) or not draws
+            or not all(isinstance(v, torch.Tensor) and v.dim() >= 2 for v in draws.values())):
+        raise ValueError(f"checkpoint {path} holds no draws {{site: tensor (chains, samples, ...)}} (it was not "
+                         "written by `pyrobnn mcmc`)")
+    sites = {site.name: tuple(site.shape) for site in model.sites()}
+    stored = {name: tuple(value.shape[2:]) for name, value in draws.items()}
+    if stored != sites or len({tuple(value.shape[:2]) for value in draws.values()}) != 1:
+        raise ValueError(f"checkpoint {path}: its draws {stored} do not fit the model built from its configuration "
+                         f"{sites} (another network or sizes?)")
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as error:
+        raise ValueError(f"checkpoint {path} does not fit the model built from its configuration: "
+                         f"{_one_line(error)[:300]}") from None
+    return MCMCResult(draws).posterior()
+
+
+def _restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,
+             draws: bool = True):
     """The checkpoint's state and config, its dataset, and its model and guide with the trained values,
-    on ``device`` (``data_root`` and ``test_size`` override the trained run's when given)."""
+    on ``device`` (``data_root`` and ``test_size`` override the trained run's when given). The guide of a
+    ``draws.pt`` of ``pyrobnn mcmc`` is its empirical posterior; ``draws=False`` refuses such a file."""
     state = load_checkpoint(checkpoint)
+    if _is_draws(state) and not draws:
+        raise ValueError(f"checkpoint {checkpoint} holds NUTS draws written by `pyrobnn mcmc`, not a variational "
+                         "posterior from `pyrobnn train` (evaluate it with `pyrobnn evaluate`)")
     cfg = _stored_config(checkpoint, state)
     if data_root is not None:
         cfg.data.data_root = data_root
@@ -285,8 +339,12 @@ def _restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size
         cfg.data.test_size = test_size
     device = resolve_device(device)
     data = _load_data(cfg)
-    model, guide = build(cfg, data)
-    _load_states(checkpoint, state, model, guide)
+    if _is_draws(state):
+        model = build_network(cfg, data)
+        guide = _posterior_draws(checkpoint, state, model)
+    else:
+        model, guide = build(cfg, data)
+        _load_states(checkpoint, state, model, guide)
     return state, cfg, data, model.to(device), guide.to(device)
 
 
@@ -303,12 +361,16 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device, args.test_size)
     if args.reliability is not None and data.task != "classification":
         raise ValueError(f"--reliability needs a classification dataset; {cfg.data.dataset} is {data.task}")
-    metrics = _test_report(model, guide, data, args.num_samples, args.seed, args.reliability,
-                           moments=cfg.optim.estimator == "vdp")
-    console.print(metrics_table(f"{args.checkpoint} (epoch {state['epoch'] + 1}, {args.num_samples} samples)",
-                                {cfg.guide.name: metrics}))
+    if _is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` reported it
+        num_samples, moments, row = len(guide), False, "nuts"
+        title = f"{args.checkpoint} (NUTS, {_draws_shape(state['draws'])})"
+    else:
+        num_samples, moments, row = args.num_samples, cfg.optim.estimator == "vdp", cfg.guide.name
+        title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
+    metrics = _test_report(model, guide, data, num_samples, args.seed, args.reliability, moments=moments)
+    console.print(metrics_table(title, {row: metrics}))
     if args.json is not None:
-        write_json(args.json, {"test": metrics, "checkpoint": str(args.checkpoint), "num_samples": args.num_samples,
+        write_json(args.json, {"test": metrics, "checkpoint": str(args.checkpoint), "num_samples": num_samples,
                                "seed": args.seed})
     return metrics
 
@@ -370,7 +432,7 @@ def prune(args: Prune) -> dict:
     for flag, path in (("--out", args.out), ("--json", args.json)):
         if path is not None:
             check_writable(path, flag)
-    state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device)
+    state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device, draws=False)
     masks = _masks(args, guide)
     moments = cfg.optim.estimator == "vdp"
     before = _test_report(model, guide, data, args.num_samples, args.seed, moments=moments)
@@ -394,10 +456,198 @@ def prune(args: Prune) -> dict:
     return result
 
 
+# ---------------------------------------------------------------------- mcmc
+
+
+class SamplingFailed(RuntimeError):
+    """NUTS stopped with an error (e.g. no finite potential energy at the initial weights)."""
+
+
+def _draws_shape(draws: dict) -> str:
+    chains, samples = next(iter(draws.values())).shape[:2]
+    return f"{chains} chain{'s' if chains != 1 else ''} x {samples} draws"
+
+
+def _json_safe(value):
+    """``value`` with every non-finite float (an undefined R-hat) as ``None``: strict JSON has no inf or nan."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def diagnostics_table(title: str, diagnostics: dict) -> Table:
+    """A rich table of the NUTS diagnostics of :func:`~pyrobnn.mcmc.sample_posterior`, one per row: the worst
+    split R-hat and bulk ESS over all weights, divergences, each chain's adapted step size and acceptance rate,
+    leapfrog steps per draw and seconds."""
+    chains = diagnostics.get("chains", [])
+    table = Table(title=title)
+    table.add_column("diagnostic")
+    table.add_column("value", justify="right")
+    rows = (
+        ("split R-hat, max (<= 1.05)", _num(diagnostics["r_hat_max"])),
+        ("bulk ESS, min", _num(diagnostics["ess_min"])),
+        ("divergences", f"{diagnostics['divergences']} ({_percent(diagnostics['divergence_rate'])})"),
+        ("step size per chain", ", ".join(_num(c["step_size"]) for c in chains)),
+        ("acceptance per chain", ", ".join(f"{c['accept_prob']:.2f}" for c in chains)),
+        ("leapfrog steps per draw", _num(diagnostics["leapfrog_steps"])),
+        ("seconds", f"{diagnostics['seconds']:.1f}"),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _figure(size):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _boundary_plot(model, posterior, data, path: Path, title: str) -> Path:
+    """Mean predicted probability and epistemic uncertainty (mutual information) over a grid of the input
+    plane, with the training points."""
+    from .predict import predict
+
+    points = torch.cat([data.x_train, data.x_test])
+    low, high = points.min(0).values - 0.5, points.max(0).values + 0.5
+    n = 120
+    xx, yy = torch.meshgrid(torch.linspace(low[0], high[0], n), torch.linspace(low[1], high[1], n), indexing="xy")
+    pred = predict(model, posterior, torch.stack([xx.reshape(-1), yy.reshape(-1)], 1), num_samples=len(posterior))
+    probs = pred["probs"].cpu()
+    binary = probs.shape[-1] == 2
+    shown = (probs[:, 1] if binary else probs.max(-1).values).reshape(n, n).numpy()
+    epistemic = pred["epistemic"].cpu().reshape(n, n).numpy()
+    xx, yy = xx.numpy(), yy.numpy()
+    fig = _figure((11, 4.6))
+    left, right = fig.subplots(1, 2, sharey=True)
+    filled = left.contourf(xx, yy, shown, levels=[i / 20 for i in range(21)], cmap="RdBu_r")
+    fig.colorbar(filled, ax=left, label="mean p(y = 1 | x)" if binary else "mean probability of the predicted class")
+    if binary:
+        left.contour(xx, yy, shown, levels=[0.5], colors="black", linewidths=1)
+    filled = right.contourf(xx, yy, epistemic, levels=20, cmap="viridis")
+    fig.colorbar(filled, ax=right, label="mutual information (nats)")
+    x, y = data.x_train.cpu().numpy(), data.y_train.cpu().numpy()
+    for ax, name in ((left, "posterior predictive probability"), (right, "epistemic uncertainty")):
+        ax.scatter(x[:, 0], x[:, 1], c=y, cmap="RdBu_r", vmin=0, vmax=max(int(y.max()), 1), edgecolors="black",
+                   linewidths=0.6, s=22)
+        ax.set_title(name)
+        ax.set_xlabel("x1")
+    left.set_ylabel("x2")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
+def _predictive_plot(model, posterior, data, path: Path, title: str) -> Path:
+    """Predictive mean with 95 % bands (total, and epistemic only) over the inputs' range, with the
+    training points (and the test points, faint)."""
+    from .predict import predict
+
+    x_all = torch.cat([data.x_train, data.x_test])[:, 0]
+    y_all = torch.cat([data.y_train, data.y_test])[:, 0]
+    low, high = float(x_all.min()), float(x_all.max())
+    pad = 0.05 * (high - low)
+    grid = torch.linspace(low - pad, high + pad, 400)[:, None]
+    pred = predict(model, posterior, grid, num_samples=len(posterior))
+    mean, std, epistemic = (pred[key][:, 0].cpu().numpy() for key in ("mean", "std", "epistemic_std"))
+    g = grid[:, 0].numpy()
+    fig = _figure((8, 5))
+    ax = fig.subplots()
+    ax.fill_between(g, mean - 1.96 * std, mean + 1.96 * std, color="tab:blue", alpha=0.2,
+                    label="95 % predictive (epistemic + noise)")
+    ax.fill_between(g, mean - 1.96 * epistemic, mean + 1.96 * epistemic, color="tab:blue", alpha=0.35,
+                    label="95 % epistemic")
+    ax.plot(g, mean, color="tab:blue", linewidth=1.5, label="predictive mean")
+    ax.scatter(data.x_test[:, 0].numpy(), data.y_test[:, 0].numpy(), s=4, color="gray", alpha=0.3, label="test points")
+    ax.scatter(data.x_train[:, 0].numpy(), data.y_train[:, 0].numpy(), s=16, color="black", zorder=3,
+               label="training points")
+    y_low, y_high = float(y_all.min()), float(y_all.max())
+    margin = 0.25 * (y_high - y_low)
+    ax.set_ylim(y_low - margin, y_high + margin)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
+def mcmc(cfg: MCMCConfig) -> dict:
+    """Sample the posterior of a small network on a toy problem with NUTS; write ``draws.pt``,
+    ``diagnostics.json`` and ``boundary.png`` (classification) or ``predictive.png`` (regression).
+
+    The options, ``--out``, and the size of the network are checked before anything is written.
+    """
+    import pyro
+
+    from .checkpoint import save_checkpoint
+    from .mcmc import sample_posterior
+
+    cfg.check()
+    out = Path(cfg.output.out)
+    check_writable(out, "--out", directory=True)
+    seed, mc = cfg.output.seed, cfg.mcmc
+    data = _load_data(cfg)
+    pyro.set_rng_seed(seed)  # weight initialisation: the chains start there (plus --init-jitter)
+    model = build_network(cfg, data)
+    sites = model.sites()
+    size = sum(math.prod(site.shape) for site in sites)
+    if size > MCMC_MAX_WEIGHTS:
+        raise ValueError(f"--hidden {_shown(cfg.model.hidden)}: the network has {size} Bayesian weights; pyrobnn mcmc "
+                         f"samples at most {MCMC_MAX_WEIGHTS} (NUTS explores one dimension per weight): use narrower "
+                         "--hidden layers, --bayesian last-layer, or `pyrobnn train`")
+    classification = data.task == "classification"
+    plot = out / ("boundary.png" if classification else "predictive.png")
+    _say(f"pyrobnn mcmc {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model "
+         f"{cfg.model.name} {_shown(cfg.model.hidden)}, {size} Bayesian weights in {len(sites)} tensors, prior "
+         f"{cfg.prior.name}, NUTS {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up "
+         f"+ {mc.num_samples} draws), seed {seed}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small network's products gain nothing from intra-op threads, which only contend
+    try:
+        result = sample_posterior(model, data.x_train, data.y_train, num_samples=mc.num_samples, warmup=mc.warmup,
+                                  num_chains=mc.num_chains, seed=seed, init_jitter=mc.init_jitter,
+                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth, jit=mc.jit,
+                                  progress=cfg.output.progress)
+    except RuntimeError as error:
+        raise SamplingFailed(str(error)) from error
+    finally:
+        torch.set_num_threads(threads)
+    posterior = result.posterior()
+    diagnostics = result.diagnostics
+    metrics = _test_report(model, posterior, data, len(posterior), seed)
+    save_checkpoint(out / "draws.pt", {
+        "kind": MCMC_KIND, "config": cfg.to_dict(), "model": model.state_dict(),
+        "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; NUTS has neither guide nor epochs
+        "draws": {name: value.detach().cpu().contiguous() for name, value in result.draws.items()},
+        "diagnostics": diagnostics, "test": metrics,
+    })
+    write_json(out / "diagnostics.json", _json_safe({"diagnostics": diagnostics, "test": metrics,
+                                                     "config": cfg.to_dict()}))
+    title = f"{cfg.data.dataset}: NUTS, {_draws_shape(result.draws)}, mlp {_shown(cfg.model.hidden)}"
+    (_boundary_plot if classification else _predictive_plot)(model, posterior, data, plot, title)
+    console.print(diagnostics_table(f"NUTS: {_draws_shape(result.draws)}, {size} weights",
+                                    diagnostics))
+    console.print(metrics_table(f"test metrics ({len(posterior)} draws)", {"nuts": metrics}))
+    for warning in diagnostics.get("warnings", []):
+        print(f"warning: {_one_line(warning)}", file=sys.stderr, flush=True)
+    _say(f"wrote {out}/draws.pt, diagnostics.json, {plot.name}")
+    return {"diagnostics": diagnostics, "test": metrics}
+
+
 # ---------------------------------------------------------------------- entry point
 
-_COMMANDS = {"train": (RunConfig, train), "evaluate": (Evaluate, evaluate), "prune": (Prune, prune)}
-_DESCRIPTION = ("Bayesian neural networks on Pyro: train with SVI, evaluate and prune with calibrated uncertainty. "
+_COMMANDS = {"train": (RunConfig, train), "evaluate": (Evaluate, evaluate), "prune": (Prune, prune),
+             "mcmc": (MCMCConfig, mcmc)}
+_DESCRIPTION = ("Bayesian neural networks on Pyro: train with SVI, evaluate and prune with calibrated uncertainty, "
+                "sample small networks exactly with NUTS. "
                 "`pyrobnn --version` prints the version.")
 
 
@@ -449,6 +699,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         run(args)
     except TrainingDiverged as error:
         _error(f"training diverged: {error}")
+        raise SystemExit(1) from None
+    except SamplingFailed as error:
+        _error(f"NUTS failed: {error}")
         raise SystemExit(1) from None
     except (ValueError, TypeError, OSError) as error:
         _error(str(error))

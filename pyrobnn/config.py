@@ -14,6 +14,11 @@ likelihoods and schedules through the same registries, passing each the options 
 constructor takes. Choices are spelled with hyphens on the command line
 (``log-variance``, ``cross-entropy``); :data:`API_SPELLING` maps them to the values of the
 Python API.
+
+:class:`MCMCConfig` is what ``pyrobnn mcmc`` parses and what its ``draws.pt`` stores: the same
+``data``, ``model``, ``prior`` and ``likelihood`` groups (the network is built by
+:func:`build_network`, as for SVI), an ``mcmc`` group of NUTS options
+(:func:`pyrobnn.mcmc.sample_posterior`) and an ``output`` group with the seed.
 """
 
 import dataclasses
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from tyro.conf import OmitArgPrefixes, arg
+from tyro.conf import OmitArgPrefixes, Suppress, arg
 
 from .data import DATASETS
 from .guides import GUIDES
@@ -31,6 +36,7 @@ from .guides.base import SHARING
 from .guides.normal import PARAMETERIZATIONS
 from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 from .likelihoods import LIKELIHOODS, Categorical, Gaussian, HeteroscedasticGaussian
+from .mcmc import MAX_FULL_BATCH, sample_posterior
 from .model import BayesianNetwork
 from .models import MODELS, build_model
 from .priors import PRIORS, ScaleMixturePrior
@@ -39,8 +45,10 @@ from .train import fit
 
 __all__ = [
     "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
-    "BetaOptions", "OptimOptions", "OutputOptions", "build", "beta_schedule", "make_prior",
+    "BetaOptions", "OptimOptions", "OutputOptions", "build", "build_network", "beta_schedule", "make_prior",
     "make_likelihood", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
+    "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
+    "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset",
 ]
 
 ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
@@ -232,19 +240,8 @@ class OutputOptions:
     """Monte-Carlo samples of the posterior predictive for the test report."""
 
 
-@dataclass
-class RunConfig:
-    """Train a Bayesian neural network by SVI on the annealed ELBO; write checkpoint.pt, metrics.json and reliability.png to --out."""
-
-    data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
-    model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
-    prior: PriorOptions = field(default_factory=PriorOptions)
-    guide: GuideOptions = field(default_factory=GuideOptions)
-    likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
-    optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
-    output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
-
-    # ------------------------------------------------------------------ plain data
+class _Config:
+    """What :class:`RunConfig` and :class:`MCMCConfig` share: plain data for a checkpoint, and flags."""
 
     def to_dict(self) -> dict:
         """Nested dict of plain values (paths as strings, tuples as lists): what a checkpoint stores."""
@@ -258,17 +255,28 @@ class RunConfig:
         return plain(dataclasses.asdict(self))
 
     @classmethod
-    def from_dict(cls, values: dict) -> "RunConfig":
+    def from_dict(cls, values: dict):
         """The config of :meth:`to_dict`; raises :class:`ValueError` naming any option it does not know."""
         if not isinstance(values, dict):
             raise ValueError(f"a run configuration must be a dict of option groups, got {type(values).__name__}")
         return _from_dict(cls, values, "")
 
-    # ------------------------------------------------------------------ flags
-
     def flags(self) -> dict[str, Any]:
         """``{command-line flag: value}`` of every option (``--lr``, ``--prior.scale``, ...)."""
         return dict(_flags(self))
+
+
+@dataclass
+class RunConfig(_Config):
+    """Train a Bayesian neural network by SVI on the annealed ELBO; write checkpoint.pt, metrics.json and reliability.png to --out."""
+
+    data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
+    model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
+    prior: PriorOptions = field(default_factory=PriorOptions)
+    guide: GuideOptions = field(default_factory=GuideOptions)
+    likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
+    optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
+    output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
 
     def check(self) -> None:
         """Validate what needs no data: counts, and the prior, likelihood and schedule options
@@ -290,6 +298,170 @@ class RunConfig:
         nonnegative_int("--lr-step", self.optim.lr_step)
         make_prior(self)
         beta_schedule(self)
+        if self.likelihood.name != "auto":
+            make_likelihood(self, None)
+
+
+# ---------------------------------------------------------------------- pyrobnn mcmc
+
+TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
+"""The datasets ``pyrobnn mcmc`` samples on: NUTS evaluates the full-batch likelihood hundreds of
+times per draw, which only a toy problem affords."""
+
+MCMC_MODELS = ("mlp",)
+"""The networks ``pyrobnn mcmc`` samples (``--model``)."""
+
+MCMC_MAX_WEIGHTS = 5_000
+"""The most Bayesian weights ``pyrobnn mcmc`` samples: the dimension of the space NUTS explores."""
+
+
+def toy_dataset(name: str) -> str:
+    """The canonical name of a toy dataset (aliases as :func:`~pyrobnn.data.load_dataset` takes them);
+    any other dataset is a :class:`ValueError` naming ``--dataset``."""
+    from .data import _ALIASES
+
+    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else name
+    key = _ALIASES.get(key, key)
+    if key in TOY_DATASETS:
+        return key
+    known = key in DATASETS or (isinstance(name, str) and name.startswith("folder:"))
+    advice = (f"for {name} train a variational posterior with `pyrobnn train`" if known
+              else f"unknown dataset {name!r}")
+    raise ValueError(f"--dataset {name}: pyrobnn mcmc samples only the toy problems {', '.join(TOY_DATASETS)} "
+                     f"(NUTS runs full batch, hundreds of network passes per draw); {advice}")
+
+
+@dataclass
+class ToyDataOptions(DataOptions):
+    """Which toy problem to sample on, and how many points to generate."""
+
+    dataset: Annotated[str, arg(metavar="{" + ",".join(TOY_DATASETS) + "}")] = "two-moons"
+    """Toy problem: two-moons (classification), cubic or sinusoid (regression)."""
+    data_root: Suppress[Optional[Path]] = None  # toy problems are generated, not read
+    train_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
+    """Generate this many training points (NUTS runs full batch: at most pyrobnn.mcmc.MAX_FULL_BATCH)."""
+    test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
+    """Generate this many test points."""
+    val_size: Suppress[int] = 0  # NUTS samples on every training point
+
+
+@dataclass
+class MCMCModelOptions(ModelOptions):
+    """The network and which of its parameters are Bayesian (sampled by NUTS; the others stay at their seeded initial values)."""
+
+    name: Annotated[str, arg(name="model", metavar="{" + ",".join(MCMC_MODELS) + "}")] = "mlp"
+    """Network: a multilayer perceptron, small enough for NUTS."""
+    hidden: tuple[int, ...] = (16,)
+    """Hidden widths of the mlp, e.g. 16 16."""
+    dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
+
+
+@dataclass
+class MCMCLikelihoodOptions(LikelihoodOptions):
+    """The observation model p(y | x, w) (pyrobnn.likelihoods), held fixed while NUTS samples the weights."""
+
+    scale: float = 0.1
+    """gaussian: noise standard deviation."""
+    learn_scale: Suppress[bool] = _default(Gaussian, "learn_scale")  # NUTS samples the weights only
+    vdp_objective: Suppress[_choices(Categorical.VDP_OBJECTIVES)] = _cli(_default(Categorical, "vdp_objective"))
+
+
+@dataclass
+class MCMCOptions:
+    """No-U-Turn sampling of the exact posterior (pyrobnn.mcmc, Hoffman & Gelman 2014)."""
+
+    num_samples: Annotated[int, _flat()] = _default(sample_posterior, "num_samples")
+    """Draws kept per chain, after the warm-up."""
+    warmup: Annotated[int, _flat()] = _default(sample_posterior, "warmup")
+    """Warm-up steps per chain, which adapt the step size and a diagonal mass matrix and are discarded."""
+    num_chains: Annotated[int, _flat()] = _default(sample_posterior, "num_chains")
+    """Chains, run one after the other from the seeded initial weights plus --init-jitter noise; split R-hat compares 2 or more."""
+    target_accept: Annotated[float, _flat()] = _default(sample_posterior, "target_accept")
+    """Acceptance probability the step-size adaptation aims for, in (0, 1); raise it when transitions diverge."""
+    max_tree_depth: Annotated[int, _flat()] = _default(sample_posterior, "max_tree_depth")
+    """Largest NUTS tree depth: at most 2^depth - 1 leapfrog steps per draw."""
+    init_jitter: Annotated[float, _flat()] = _default(sample_posterior, "init_jitter")
+    """Standard deviation of the Gaussian noise added to the initial weights of each chain."""
+    jit: Annotated[bool, _flat()] = _default(sample_posterior, "jit")
+    """Compile the potential energy and its gradient with the PyTorch JIT."""
+
+
+@dataclass
+class MCMCOutputOptions:
+    """Where the draws are written, the seed, and how the run is reported."""
+
+    out: Annotated[Path, arg(metavar="DIR")] = Path("runs/mcmc")
+    """Output directory: draws.pt, diagnostics.json, and boundary.png (classification) or predictive.png (regression)."""
+    seed: int = 0
+    """Random seed: the generated data, the initial weights and the chains."""
+    progress: bool = True
+    """Show a progress bar per chain."""
+
+
+@dataclass
+class MCMCConfig(_Config):
+    """Sample the posterior of a small Bayesian network on a toy problem with NUTS (full batch); write draws.pt, diagnostics.json and a plot to --out."""
+
+    data: OmitArgPrefixes[ToyDataOptions] = field(default_factory=ToyDataOptions)
+    model: OmitArgPrefixes[MCMCModelOptions] = field(default_factory=MCMCModelOptions)
+    prior: PriorOptions = field(default_factory=PriorOptions)
+    likelihood: MCMCLikelihoodOptions = field(default_factory=MCMCLikelihoodOptions)
+    mcmc: MCMCOptions = field(default_factory=MCMCOptions)
+    output: OmitArgPrefixes[MCMCOutputOptions] = field(default_factory=MCMCOutputOptions)
+
+    def check(self) -> None:
+        """Validate everything that needs no data: the NUTS options, a toy dataset and its sizes, a small
+        mlp without dropout, a prior with a density, and no option that has no meaning for NUTS.
+
+        Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
+        """
+        import torch
+
+        from .checks import in_range, nonnegative, nonnegative_int, positive_int
+        from .distributions import LogUniform
+
+        mc = self.mcmc
+        for flag, value in (("--num-samples", mc.num_samples), ("--num-chains", mc.num_chains),
+                            ("--max-tree-depth", mc.max_tree_depth)):
+            positive_int(flag, value)
+        nonnegative_int("--warmup", mc.warmup)
+        in_range("--target-accept", mc.target_accept, 0, 1, "()")
+        nonnegative("--init-jitter", mc.init_jitter)
+        toy_dataset(self.data.dataset)
+        for flag, value in (("--train-size", self.data.train_size), ("--test-size", self.data.test_size)):
+            if value is not None:
+                positive_int(flag, value)
+        if self.data.train_size is not None and self.data.train_size > MAX_FULL_BATCH:
+            raise ValueError(f"--train-size {self.data.train_size}: NUTS runs full batch and pyrobnn mcmc takes at "
+                             f"most {MAX_FULL_BATCH} training points")
+        if self.data.val_size != 0:
+            raise ValueError("--val-size does not apply to pyrobnn mcmc: it samples on every training point and "
+                             "reports no validation metrics")
+        if self.model.name.lower() not in MCMC_MODELS:
+            raise ValueError(f"--model {self.model.name}: pyrobnn mcmc samples small networks, --model "
+                             f"{' or '.join(MCMC_MODELS)} with a few narrow --hidden layers")
+        for width in self.model.hidden:
+            positive_int("--hidden", width)
+        if self.model.dropout != 0:
+            raise ValueError("--dropout does not apply to pyrobnn mcmc: NUTS needs a potential energy that is a "
+                             "deterministic function of the weights")
+        if self.model.bayesian == "none":
+            raise ValueError("--bayesian none leaves no weights for NUTS to sample")
+        prior = make_prior(self)
+        reference = torch.full((2,), 0.5)
+        fn = prior(reference)
+        try:
+            density = None if isinstance(fn, LogUniform) else fn.log_prob(reference)
+        except NotImplementedError:
+            density = None
+        if density is None or not torch.isfinite(density).all():
+            raise ValueError(f"--prior {self.prior.name} has no proper density: NUTS samples p(w | data), which needs "
+                             "log p(w); use --prior gaussian or scale-mixture")
+        defaults = LikelihoodOptions()
+        for name in ("learn_scale", "vdp_objective"):
+            if getattr(self.likelihood, name) != getattr(defaults, name):
+                raise ValueError(f"{_flag('likelihood', name, True)} does not apply to pyrobnn mcmc: NUTS samples "
+                                 "the weights and holds the likelihood fixed")
         if self.likelihood.name != "auto":
             make_likelihood(self, None)
 
@@ -367,12 +539,12 @@ def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Op
     return cls(*args, **kwargs)
 
 
-def make_prior(cfg: RunConfig):
+def make_prior(cfg):
     """The prior named by ``--prior``, with its options."""
     return _construct("prior", PRIORS, cfg.prior.name, cfg.prior)
 
 
-def make_likelihood(cfg: RunConfig, task: Optional[str]):
+def make_likelihood(cfg, task: Optional[str]):
     """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task
     (``None``: not checked)."""
     name = cfg.likelihood.name
@@ -389,7 +561,7 @@ def beta_schedule(cfg: RunConfig):
     return _construct("beta", SCHEDULES, cfg.optim.beta.name, cfg.optim.beta, renamed=_SCHEDULE_ARGUMENTS)
 
 
-def _selection(cfg: RunConfig, net):
+def _selection(cfg, net):
     from .conversion import last_layer
 
     if cfg.model.bayesian == "all":
@@ -405,12 +577,18 @@ def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
     Weights are initialised from torch's global RNG: seed it first (``pyro.set_rng_seed``)
     for a reproducible initialisation.
     """
+    model = build_network(cfg, data)
+    return model, _construct("guide", GUIDES, cfg.guide.name, cfg.guide, model)
+
+
+def build_network(cfg, data) -> BayesianNetwork:
+    """The model of a run (:class:`RunConfig` or :class:`MCMCConfig`: its data, model, prior and likelihood
+    groups), for a dataset (:class:`~pyrobnn.data.DataSplits`); weights drawn from torch's global RNG."""
     likelihood = make_likelihood(cfg, data.task)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
     net = build_model(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout)
     deterministic = cfg.model.bayesian == "none"
-    model = BayesianNetwork(
+    return BayesianNetwork(
         net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
         include=_selection(cfg, net), deterministic=deterministic, input_shape=data.input_shape,
     )
-    return model, _construct("guide", GUIDES, cfg.guide.name, cfg.guide, model)

@@ -123,8 +123,8 @@ class FlatPotential:
 
 def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     """Split R-hat (Gelman et al. 2013) and bulk effective sample size per site, from draws shaped
-    ``(chains, samples, ...)``: the worst element of each site (largest R-hat, smallest ESS). R-hat needs
-    at least 4 draws per chain and ESS 2; with fewer they read ``inf`` and ``0`` (not checkable)."""
+    ``(chains, samples, ...)``: the worst element of each site (largest R-hat, smallest ESS). R-hat and ESS
+    need at least 4 draws per chain; with fewer they read ``inf`` and ``0`` (not checkable)."""
     out = {}
     for name, value in draws.items():
         if value.dim() < 2:
@@ -132,7 +132,7 @@ def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, flo
         flat = value.reshape(value.shape[:2] + (-1,)).double()
         r_hat = split_gelman_rubin(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 4 else torch.full(
             flat.shape[2:], math.nan)
-        ess = effective_sample_size(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 2 else torch.full(
+        ess = effective_sample_size(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 4 else torch.full(
             flat.shape[2:], math.nan)
         out[name] = {"r_hat_max": float(torch.nan_to_num(r_hat, nan=math.inf).max()),
                      "ess_min": float(torch.nan_to_num(ess, nan=0.0).min())}

@@ -497,3 +497,169 @@ def test_every_choice_of_the_command_line_is_accepted_by_the_api():
         beta_schedule(cfg)
     for optimizer in choices(OptimOptions, "optimizer"):
         make_optimizer([torch.zeros(1, requires_grad=True)], optimizer)
+
+
+# ----------------------------------------------------------------------------- mcmc
+
+NUTS = ["mcmc", "--dataset", "two-moons", "--train-size", 40, "--test-size", 100, "--hidden", 4, "--warmup", 30,
+        "--num-samples", 30, "--num-chains", 2, "--no-progress"]
+NUTS_FILES = ["boundary.png", "diagnostics.json", "draws.pt"]
+
+
+@pytest.fixture(scope="module")
+def nuts_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "nuts"
+    assert run_cli([*NUTS, "--seed", 1, "--out", out]) == 0
+    return out
+
+
+def test_mcmc_writes_draws_diagnostics_and_a_decision_boundary(nuts_run):
+    from pyrobnn.config import MCMCConfig
+
+    assert sorted(p.name for p in nuts_run.iterdir()) == NUTS_FILES  # no temporary files left
+    assert (nuts_run / "boundary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((nuts_run / "diagnostics.json").read_text())
+    diagnostics, test = report["diagnostics"], report["test"]
+    assert {"r_hat_max", "ess_min", "divergences", "divergence_rate", "seconds", "warnings", "sites"} <= set(diagnostics)
+    assert len(diagnostics["chains"]) == 2 and all(c["step_size"] > 0 for c in diagnostics["chains"])
+    assert diagnostics["num_weights"] == 2 * 4 + 4 + 4 * 2 + 2
+    assert set(test) >= {"accuracy", "nll", "ece", "brier"} and test["accuracy"] > 0.6
+    assert report["config"]["mcmc"]["num_samples"] == 30
+    state = load_checkpoint(nuts_run / "draws.pt")  # weights_only: tensors and plain values only
+    assert state["kind"] == "mcmc" and isinstance(state["model"], dict)
+    cfg = MCMCConfig.from_dict(state["config"])
+    assert (cfg.data.dataset, cfg.model.hidden, cfg.mcmc.num_chains, cfg.output.seed) == ("two-moons", (4,), 2, 1)
+    assert set(state["draws"]) == set(diagnostics["sites"])
+    for name, value in state["draws"].items():
+        assert isinstance(value, torch.Tensor) and tuple(value.shape[:2]) == (2, 30), name
+    assert state["test"] == test
+
+
+def test_evaluate_of_draws_gives_the_test_metrics_mcmc_reported(nuts_run, tmp_path, capsys):
+    reported = json.loads((nuts_run / "diagnostics.json").read_text())["test"]
+    out = tmp_path / "eval.json"
+    assert run_cli(["evaluate", "--checkpoint", nuts_run / "draws.pt", "--json", out, "--device", "cpu"]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["test"] == reported  # every draw once: no Monte-Carlo noise
+    assert payload["num_samples"] == 60
+    printed = capsys.readouterr().out
+    assert "nuts" in printed and "accuracy" in printed and "2 chains x 30 draws" in printed
+
+
+def test_mcmc_twice_with_the_same_seed_gives_identical_draws_and_prints_its_tables(nuts_run, tmp_path, capsys):
+    again = tmp_path / "again"
+    capsys.readouterr()
+    assert run_cli([*NUTS, "--seed", 1, "--out", again]) == 0
+    captured = capsys.readouterr()
+    for text in ("R-hat", "ESS", "divergences", "step size", "seconds", "accuracy", "nll", "wrote"):
+        assert text in captured.out, text
+    first, second = (load_checkpoint(run / "draws.pt") for run in (nuts_run, again))
+    assert first["draws"].keys() == second["draws"].keys()
+    assert all(torch.equal(first["draws"][k], second["draws"][k]) for k in first["draws"])
+    assert second["test"] == first["test"]
+    same = json.loads((again / "diagnostics.json").read_text())["diagnostics"]
+    assert captured.err.splitlines() == [f"warning: {w}" for w in same["warnings"]]
+    original = json.loads((nuts_run / "diagnostics.json").read_text())["diagnostics"]
+    assert {k: v for k, v in same.items() if k != "seconds"} == {k: v for k, v in original.items() if k != "seconds"}
+
+
+def test_mcmc_with_another_seed_gives_other_draws(tmp_path):
+    short = ["--warmup", 10, "--num-samples", 5, "--num-chains", 1]
+    runs = [tmp_path / f"seed{seed}" for seed in (0, 1)]
+    for run, seed in zip(runs, (0, 1)):
+        assert run_cli([*NUTS, *short, "--seed", seed, "--out", run]) == 0
+    first, second = (load_checkpoint(run / "draws.pt")["draws"] for run in runs)
+    assert not all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_mcmc_regression_writes_a_predictive_plot_that_evaluate_reproduces(tmp_path, capsys):
+    out = tmp_path / "sinusoid"
+    assert run_cli(["mcmc", "--dataset", "sinusoid", "--train-size", 20, "--test-size", 50, "--hidden", 4,
+                    "--warmup", 20, "--num-samples", 10, "--num-chains", 1, "--max-tree-depth", 6,
+                    "--likelihood.scale", 0.1, "--no-progress", "--out", out]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["diagnostics.json", "draws.pt", "predictive.png"]
+    assert (out / "predictive.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    reported = json.loads((out / "diagnostics.json").read_text())["test"]
+    assert {"rmse", "nll"} <= set(reported)
+    assert run_cli(["evaluate", "--checkpoint", out / "draws.pt", "--json", tmp_path / "e.json"]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["test"] == reported
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--num-chains", 0], "--num-chains must be a positive integer"),
+        (["--num-samples", 0], "--num-samples"),
+        (["--warmup", -1], "--warmup"),
+        (["--target-accept", 1.5], "--target-accept"),
+        (["--max-tree-depth", 0], "--max-tree-depth"),
+        (["--dataset", "mnist"], "toy problems"),
+        (["--dataset", "imagenet"], "unknown dataset"),
+        (["--train-size", 20000], "full batch"),
+        (["--model", "lenet5"], "--model"),
+        (["--bayesian", "none"], "--bayesian none"),
+        (["--hidden", 100, 100], "at most"),
+        (["--prior", "log-uniform"], "proper density"),
+        (["--likelihood", "gaussian"], "regression"),
+        (["--dropout", 0.1], "--dropout"),
+        (["--samples", 3], "--samples"),
+    ],
+    ids=["chains", "samples", "warmup", "target-accept", "tree-depth", "mnist", "unknown-dataset", "train-size",
+         "model", "bayesian-none", "too-many-weights", "improper-prior", "likelihood-task", "dropout",
+         "old-flag-name"],
+)
+def test_mcmc_bad_inputs_exit_2_and_write_nothing(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pyrobnn_data, "_try_download", _no_download, raising=False)  # never reach the network
+    out = tmp_path / "run"
+    base = ["mcmc", "--hidden", 4, "--warmup", 5, "--num-samples", 5, "--no-progress"]
+    assert run_cli([*base, *args, "--out", out]) == 2
+    line = error_line(capsys)
+    assert message in line, line
+    assert not out.exists()
+
+
+def test_mcmc_out_that_is_a_file_fails_before_sampling(tmp_path, capsys):
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    assert run_cli([*NUTS, "--out", existing]) == 2
+    assert "--out" in error_line(capsys) and existing.read_text() == "keep me"
+
+
+def test_draws_that_do_not_fit_their_network_and_prune_of_draws_are_one_line(nuts_run, tmp_path, capsys):
+    state = load_checkpoint(nuts_run / "draws.pt")
+    state["draws"] = dict(list(state["draws"].items())[:-1])  # a site missing
+    forged = tmp_path / "draws.pt"
+    save_checkpoint(forged, {k: v for k, v in state.items() if k != "pyrobnn"})
+    assert run_cli(["evaluate", "--checkpoint", forged, "--json", tmp_path / "e.json"]) == 2
+    line = error_line(capsys)
+    assert str(forged) in line and "do not fit" in line
+    assert run_cli(["prune", "--checkpoint", nuts_run / "draws.pt", "--json", tmp_path / "p.json"]) == 2
+    assert "pyrobnn mcmc" in error_line(capsys)
+    assert not (tmp_path / "e.json").exists() and not (tmp_path / "p.json").exists()
+
+
+def test_mcmc_help_lists_its_groups_and_only_options_that_apply(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert "mcmc" in _help(["--help"], capsys)
+    text = _help(["mcmc", "--help"], capsys)
+    flags = set(re.findall(r"--[a-z0-9][a-z0-9.-]*[a-z0-9]", text))
+    assert {"--dataset", "--train-size", "--test-size", "--model", "--hidden", "--bayesian", "--prior",
+            "--prior.scale", "--likelihood", "--likelihood.scale", "--num-samples", "--warmup", "--num-chains",
+            "--target-accept", "--max-tree-depth", "--init-jitter", "--jit", "--out", "--seed",
+            "--no-progress"} <= flags
+    assert not flags & {"--dropout", "--val-size", "--data-root", "--likelihood.learn-scale", "--epochs",
+                        "--guide", "--samples", "--chains"}
+    for group in ("data", "model", "prior", "likelihood", "mcmc", "output"):
+        assert f"{group} options" in text, group
+    assert "{two-moons,cubic,sinusoid}" in text
+
+
+def test_mcmc_config_round_trip_and_toy_names():
+    from pyrobnn.config import MCMCConfig, toy_dataset
+
+    cfg = MCMCConfig()
+    cfg.model.hidden, cfg.mcmc.num_chains, cfg.data.dataset = (8, 8), 3, "cubic"
+    assert MCMCConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert toy_dataset("moons") == "two-moons" and toy_dataset("Two_Moons") == "two-moons"
+    with pytest.raises(ValueError, match="mcmc.chains"):
+        MCMCConfig.from_dict({"mcmc": {"chains": 3}})
