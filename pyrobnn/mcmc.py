@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import pyro
@@ -31,7 +32,7 @@ from torch import nn
 
 from ._compat import pyro_context
 from .checks import in_range, nonnegative, positive_int
-from .distributions import LogUniform
+from .distributions import IsotropicNormal, LogUniform
 
 __all__ = ["FlatPotential", "MCMCResult", "PosteriorDraws", "sample_posterior", "chain_diagnostics",
            "MAX_FULL_BATCH"]
@@ -60,6 +61,10 @@ class FlatPotential:
         self.shapes = [site.shape for site in sites]
         self.priors = [site.prior_distribution() for site in sites]
         self.evaluations = 0
+        self._traced = None
+        shared = {(p.loc, p.scale) for p in self.priors if isinstance(p, IsotropicNormal)}
+        self._shared_gaussian = next(iter(shared)) if len(shared) == 1 and all(
+            isinstance(p, IsotropicNormal) for p in self.priors) else None
         theta = self.initial()
         for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
             if isinstance(prior, LogUniform):
@@ -109,16 +114,41 @@ class FlatPotential:
                 context.set(name, value)
             return self.model.net(x)
 
+    def log_prior(self, theta: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        r""":math:`\log p(w)`: one Gaussian term over the flat vector when every site has the same isotropic
+        Gaussian prior (the common case, one kernel instead of one per site), else the sum over sites."""
+        if self._shared_gaussian is not None:
+            loc, scale = self._shared_gaussian
+            z = (theta - loc) / scale
+            return -0.5 * z.square().sum() - theta.shape[-1] * (math.log(scale) + 0.5 * math.log(2 * math.pi))
+        return sum(prior.log_prob(value) for prior, value in zip(self.priors, weights.values()))
+
     def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
         r""":math:`\log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`."""
         weights = self.unflatten(theta)
-        log_prior = sum(prior.log_prob(value) for prior, value in zip(self.priors, weights.values()))
         output = self.network(weights, self.x)
-        return log_prior + self.model.likelihood.distribution(output).log_prob(self.y).sum()
+        return self.log_prior(theta, weights) + self.model.likelihood.distribution(output).log_prob(self.y).sum()
+
+    def compile(self) -> "FlatPotential":
+        """Trace :meth:`log_joint` once with ``torch.jit.trace`` (the network, prior and likelihood become one
+        graph without Python in the loop); later calls run the traced graph."""
+        theta = self.initial().requires_grad_()
+        with torch.no_grad():
+            expected = self.log_joint(theta)
+        with warnings.catch_warnings():  # torch.jit.trace is deprecated in favour of torch.compile, which
+            warnings.simplefilter("ignore", FutureWarning)  # compiles for tens of seconds on a small CPU
+            self._traced = torch.jit.trace(self.log_joint, (theta,), check_trace=False)
+        with torch.no_grad():
+            got = self._traced(theta)
+        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
+            raise RuntimeError(f"jit: the traced potential gives {got.item()} instead of {expected.item()}; "
+                               "the network has data-dependent control flow: run with jit=False")
+        return self
 
     def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         self.evaluations += 1
-        return -self.log_joint(params["weights"])
+        log_joint = self._traced if self._traced is not None else self.log_joint
+        return -log_joint(params["weights"])
 
 
 def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
@@ -199,6 +229,8 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     modes that differ by a permutation of hidden units, which R-hat on weights reports as non-mixing).
     Step size and a diagonal mass matrix are adapted during ``warmup``.
 
+    :param jit: trace the potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`) instead of
+        running the network from Python at every leapfrog step.
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
@@ -225,6 +257,8 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
                          "(pyrobnn.train.fit) or a subset (--train-size)")
     model.check_input(x[:1])
     potential = FlatPotential(model, x, y)
+    if jit:
+        potential.compile()
     start = potential.initial()
     if initial is None:
         starts = start.expand(num_chains, -1)
@@ -242,8 +276,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         pyro.set_rng_seed(seed * 1009 + chain)
         noise = torch.randn(start.shape, generator=generator, dtype=start.dtype).to(start.device)
         init = starts[chain] + init_jitter * noise
-        kernel = NUTS(potential_fn=potential, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                      jit_compile=jit, ignore_jit_warnings=True)
+        kernel = NUTS(potential_fn=potential, target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
         counts, stats = [], {}
 
         def hook(kernel, params, stage, i, counts=counts, stats=stats):
