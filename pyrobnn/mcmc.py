@@ -164,6 +164,8 @@ def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, flo
             flat.shape[2:], math.nan)
         ess = effective_sample_size(flat, chain_dim=0, sample_dim=1) if flat.shape[1] >= 4 else torch.full(
             flat.shape[2:], math.nan)
+        total = flat.shape[0] * flat.shape[1]  # anti-correlated draws make the estimate negative (ESS > draws):
+        ess = torch.where(ess < 0, total * math.log10(max(total, 2)), ess)  # ArviZ's cap S log10 S
         out[name] = {"r_hat_max": float(torch.nan_to_num(r_hat, nan=math.inf).max()),
                      "ess_min": float(torch.nan_to_num(ess, nan=0.0).min())}
     return out

@@ -366,3 +366,9 @@ def test_deterministic_model_has_nothing_to_sample():
     model, x, y = _regression(deterministic=True)
     with pytest.raises(ValueError, match="no Bayesian parameters.*deterministic=True"):
         sample_posterior(model, x, y, num_samples=5, warmup=5)
+
+
+def test_effective_sample_size_of_anti_correlated_draws_is_capped_not_negative():
+    draws = torch.tensor([(-1.0) ** i for i in range(200)]).view(1, 200, 1) + 1e-3 * torch.randn(1, 200, 1)
+    ess = chain_diagnostics({"w": draws})["w"]["ess_min"]
+    assert ess == pytest.approx(200 * math.log10(200))
