@@ -36,15 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
+import pyro
 import torch
+import tyro
 from rich.console import Console
 from rich.table import Table
 from tyro.conf import arg
 
-from .checkpoint import load_checkpoint
+from . import __version__
+from .analysis import prune as pruning
+from .analysis.metrics import classification_metrics, reliability_diagram
+from .analysis.prune import METHODS, apply_masks, principled_masks, record_sparsity, sparsity
+from .checkpoint import load_checkpoint, save_checkpoint
+from .checks import positive_int
 from .config import MCMC_MAX_WEIGHTS, RESUMABLE, MCMCConfig, RunConfig, beta_schedule, build, build_network
+from .data import load_dataset
 from .device import resolve_device
 from .files import atomic_write, check_writable, write_json
+from .mcmc import MCMCResult, sample_posterior
+from .predict import evaluate as evaluate_posterior
+from .predict import predict, predict_moments
 from .train import TrainingDiverged, fit
 
 __all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "epoch_line", "MCMC_KIND"]
@@ -141,7 +152,6 @@ def _seed(cfg) -> int:
 
 
 def _load_data(cfg):
-    from .data import load_dataset
 
     return load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
                         test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=_seed(cfg))
@@ -151,11 +161,7 @@ def _test_report(model, guide, data, num_samples: int, seed: int, reliability: O
                  moments: bool = False) -> dict[str, float]:
     """Test metrics of the posterior predictive, drawn after ``pyro.set_rng_seed(seed)``; the
     reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given."""
-    import pyro
 
-    from .analysis.metrics import classification_metrics, reliability_diagram
-    from .predict import evaluate as evaluate_posterior
-    from .predict import predict, predict_moments
 
     pyro.set_rng_seed(seed)
     if data.task != "classification":
@@ -213,7 +219,6 @@ def _check_resume(cfg: RunConfig, path: Path, state: dict) -> None:
 
 
 def _principled_rule_applies(guide) -> bool:
-    from .analysis.prune import principled_masks
 
     if not getattr(guide, "pruning_rule", None):
         return False
@@ -233,9 +238,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     Everything that can be checked without training is checked before anything is written:
     the options, ``--out``, the device and, with ``--resume``, the checkpoint and its options.
     """
-    import pyro
 
-    from .analysis.prune import record_sparsity
 
     cfg.check()
     out = Path(cfg.output.out)
@@ -303,7 +306,6 @@ class Evaluate:
 def _posterior_draws(path: Path, state: dict, model):
     """The empirical posterior (:class:`~pyrobnn.mcmc.PosteriorDraws`) of a ``draws.pt``, checked against
     the model built from its configuration, whose deterministic parameters it loads."""
-    from .mcmc import MCMCResult
 
     draws = state.get("draws")
     if (not isinstance(draws, dict) or not draws
@@ -350,7 +352,6 @@ def _restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size
 
 def evaluate(args: Evaluate) -> dict[str, float]:
     """Rebuild model and guide from the checkpoint, print the test metrics table."""
-    from .checks import positive_int
 
     positive_int("--num-samples", args.num_samples)
     if args.test_size is not None:
@@ -379,7 +380,6 @@ def evaluate(args: Evaluate) -> dict[str, float]:
 
 
 def _prune_methods():
-    from .analysis.prune import METHODS
 
     return ("principled", *METHODS, "random")
 
@@ -411,7 +411,6 @@ class Prune:
 
 
 def _masks(args: Prune, guide):
-    from .analysis import prune as pruning
 
     if args.method == "magnitude":
         return pruning.magnitude_masks(guide, args.fraction)
@@ -424,9 +423,6 @@ def _masks(args: Prune, guide):
 
 def prune(args: Prune) -> dict:
     """Prune a trained posterior; print metrics before and after and the per-layer sparsity."""
-    from .analysis.prune import apply_masks, sparsity
-    from .checkpoint import save_checkpoint
-    from .checks import positive_int
 
     positive_int("--num-samples", args.num_samples)
     for flag, path in (("--out", args.out), ("--json", args.json)):
@@ -513,7 +509,6 @@ def _figure(size):
 def _boundary_plot(model, posterior, data, path: Path, title: str) -> Path:
     """Mean predicted probability and epistemic uncertainty (mutual information) over a grid of the input
     plane, with the training points."""
-    from .predict import predict
 
     points = torch.cat([data.x_train, data.x_test])
     low, high = points.min(0).values - 0.5, points.max(0).values + 0.5
@@ -548,7 +543,6 @@ def _boundary_plot(model, posterior, data, path: Path, title: str) -> Path:
 def _predictive_plot(model, posterior, data, path: Path, title: str) -> Path:
     """Predictive mean with 95 % bands (total, and epistemic only) over the inputs' range, with the
     training points (and the test points, faint)."""
-    from .predict import predict
 
     x_all = torch.cat([data.x_train, data.x_test])[:, 0]
     y_all = torch.cat([data.y_train, data.y_test])[:, 0]
@@ -585,10 +579,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
 
     The options, ``--out``, and the size of the network are checked before anything is written.
     """
-    import pyro
 
-    from .checkpoint import save_checkpoint
-    from .mcmc import sample_posterior
 
     cfg.check()
     out = Path(cfg.output.out)
@@ -660,7 +651,6 @@ def _flatten_tyro_message(text: str) -> str:
 
 def _parse(argv: list[str]):
     """tyro's parse; when stderr is not a terminal, a parse error becomes one ``error:`` line."""
-    import tyro
 
     def parse():
         return tyro.extras.subcommand_cli_from_dict({name: cls for name, (cls, _) in _COMMANDS.items()},
@@ -687,7 +677,6 @@ def _parse(argv: list[str]):
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point of the ``pyrobnn`` console script and ``python -m pyrobnn``."""
-    from . import __version__
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["--version"], ["-V"]):

@@ -28,15 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
+import torch
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
-from .data import DATASETS
+from .checks import in_range, nonnegative, nonnegative_int, positive_int
+from .conversion import last_layer
+from .data import _ALIASES, DATASETS
 from .guides import GUIDES
 from .guides.base import SHARING
 from .guides.normal import PARAMETERIZATIONS
 from .handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 from .likelihoods import LIKELIHOODS, Categorical, Gaussian, HeteroscedasticGaussian
-from .mcmc import MAX_FULL_BATCH, sample_posterior
+from .mcmc import MAX_FULL_BATCH, check_prior, sample_posterior
 from .model import BayesianNetwork
 from .models import MODELS, build_model
 from .priors import PRIORS, ScaleMixturePrior
@@ -285,7 +288,6 @@ class RunConfig(_Config):
 
         Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
         """
-        from .checks import nonnegative_int, positive_int
 
         for flag, value in (("--epochs", self.optim.epochs), ("--batch-size", self.optim.batch_size),
                             ("--num-particles", self.optim.num_particles),
@@ -318,7 +320,6 @@ MCMC_MAX_WEIGHTS = 5_000
 def toy_dataset(name: str) -> str:
     """The canonical name of a toy dataset (aliases as :func:`~pyrobnn.data.load_dataset` takes them);
     any other dataset is a :class:`ValueError` naming ``--dataset``."""
-    from .data import _ALIASES
 
     key = name.strip().lower().replace("_", "-") if isinstance(name, str) else name
     key = _ALIASES.get(key, key)
@@ -415,11 +416,6 @@ class MCMCConfig(_Config):
 
         Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
         """
-        import torch
-
-        from .checks import in_range, nonnegative, nonnegative_int, positive_int
-        from .distributions import LogUniform
-
         mc = self.mcmc
         for flag, value in (("--num-samples", mc.num_samples), ("--num-chains", mc.num_chains),
                             ("--max-tree-depth", mc.max_tree_depth)):
@@ -447,16 +443,11 @@ class MCMCConfig(_Config):
                              "deterministic function of the weights")
         if self.model.bayesian == "none":
             raise ValueError("--bayesian none leaves no weights for NUTS to sample")
-        prior = make_prior(self)
         reference = torch.full((2,), 0.5)
-        fn = prior(reference)
         try:
-            density = None if isinstance(fn, LogUniform) else fn.log_prob(reference)
-        except NotImplementedError:
-            density = None
-        if density is None or not torch.isfinite(density).all():
-            raise ValueError(f"--prior {self.prior.name} has no proper density: NUTS samples p(w | data), which needs "
-                             "log p(w); use --prior gaussian or scale-mixture")
+            check_prior(make_prior(self)(reference), reference, "its distribution")
+        except ValueError as error:
+            raise ValueError(f"--prior {self.prior.name} has no proper density for NUTS: {error}") from None
         defaults = LikelihoodOptions()
         for name in ("learn_scale", "vdp_objective"):
             if getattr(self.likelihood, name) != getattr(defaults, name):
@@ -562,7 +553,6 @@ def beta_schedule(cfg: RunConfig):
 
 
 def _selection(cfg, net):
-    from .conversion import last_layer
 
     if cfg.model.bayesian == "all":
         return None

@@ -34,12 +34,39 @@ from ._compat import pyro_context
 from .checks import in_range, nonnegative, positive_int
 from .distributions import IsotropicNormal, LogUniform
 
-__all__ = ["FlatPotential", "MCMCResult", "PosteriorDraws", "sample_posterior", "chain_diagnostics",
+__all__ = ["FlatPotential", "check_prior", "MCMCResult", "PosteriorDraws", "sample_posterior", "chain_diagnostics",
            "MAX_FULL_BATCH"]
 
 MAX_FULL_BATCH = 10_000
 """The largest training set :func:`sample_posterior` accepts: NUTS evaluates the full-batch
 likelihood hundreds of times per draw, so beyond this use SVI (``pyrobnn.train.fit``)."""
+
+
+def check_prior(prior, value: torch.Tensor, where: str) -> None:
+    """Raise a ``ValueError`` (its message opens with ``where``) unless ``prior`` is a proper density on every
+    real number, one log density per parameter, finite at ``value``: what NUTS needs of :math:`p(w)`."""
+    if isinstance(prior, LogUniform):
+        raise ValueError(f"{where} is the improper log-uniform prior p(w) ~ 1/|w|, whose posterior is improper too "
+                         "(infinite mass at w = 0): NUTS needs a proper prior; use a Gaussian or scale-mixture prior")
+    support = prior.support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    if support is not constraints.real:
+        raise ValueError(f"{where} ({type(prior).__name__}) has support {prior.support}, not every real number: NUTS "
+                         "moves the weights freely over the reals; use a prior on all reals (a Gaussian or "
+                         "scale-mixture prior)")
+    try:
+        density = prior.log_prob(value)
+    except NotImplementedError:
+        raise ValueError(f"{where} ({type(prior).__name__}) has no density: NUTS needs log p(w); use a Gaussian or "
+                         "scale-mixture prior") from None
+    if density.shape != ():
+        raise ValueError(f"{where} ({type(prior).__name__}) gives log densities of shape {tuple(density.shape)}, not "
+                         f"one number: its event shape must be the parameter's shape {tuple(value.shape)} "
+                         f"(e.g. .to_event({value.dim()}))")
+    if not torch.isfinite(density):
+        raise ValueError(f"{where} ({type(prior).__name__}) has log density {density} at the network's weights: "
+                         "NUTS needs a proper prior with a finite density")
 
 
 class FlatPotential:
@@ -67,29 +94,7 @@ class FlatPotential:
             isinstance(p, IsotropicNormal) for p in self.priors) else None
         theta = self.initial()
         for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
-            if isinstance(prior, LogUniform):
-                raise ValueError(f"the prior of site {name!r} is the improper log-uniform prior p(w) ~ 1/|w|, whose "
-                                 "posterior is improper too (infinite mass at w = 0): NUTS needs a proper prior; "
-                                 "use a Gaussian or scale-mixture prior")
-            support = prior.support
-            while isinstance(support, constraints.independent):
-                support = support.base_constraint
-            if support is not constraints.real:
-                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has support {prior.support}, "
-                                 "not every real number: NUTS moves the weights freely over the reals; use a prior "
-                                 "on all reals (a Gaussian or scale-mixture prior)")
-            try:
-                density = prior.log_prob(value)
-            except NotImplementedError:
-                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has no density: NUTS needs "
-                                 "log p(w); use a Gaussian or scale-mixture prior") from None
-            if density.shape != ():
-                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) gives log densities of shape "
-                                 f"{tuple(density.shape)}, not one number: its event shape must be the parameter's "
-                                 f"shape {tuple(value.shape)} (e.g. .to_event({value.dim()}))")
-            if not torch.isfinite(density):
-                raise ValueError(f"the prior of site {name!r} ({type(prior).__name__}) has log density {density} at "
-                                 "the network's weights: NUTS needs a proper prior with a finite density")
+            check_prior(prior, value, f"the prior of site {name!r}")
 
     @property
     def size(self) -> int:
