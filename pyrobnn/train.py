@@ -32,7 +32,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .checks import positive_int
+from .checks import check_labels, positive_int
 from .device import resolve_device
 from .elbo import MeanFieldELBO
 from .handlers import ESTIMATORS, kl_annealing
@@ -116,14 +116,7 @@ def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str) -> No
     if model.task == "classification":
         with pyro.poutine.block():
             num_classes = predictive_outputs(model, guide, x[:1], num_samples=1, vectorized=False).shape[-1]
-        if y.dtype.is_floating_point:
-            raise ValueError(f"{what}: labels must be integer class indices, got {y.dtype}")
-        low, high = int(y.min()), int(y.max())
-        if low < 0 or high >= num_classes:
-            raise ValueError(
-                f"{what}: label {low if low < 0 else high} is out of range for a network with "
-                f"{num_classes} outputs (labels must lie in [0, {num_classes - 1}])"
-            )
+        check_labels(y, num_classes, f"{what} labels")
 
 
 def fit(

@@ -95,8 +95,10 @@ class SiteGuide(PyroModule):
         self._priors = {site.name: site.prior_distribution for site in sites}
         for site in sites:
             self.setup_site(site, _initial_loc(site, init_loc))
-        self._fullnames = [f"{pyro_name(self)}.{role}.{key[: -len('_unconstrained')]}"
-                           for role, container in self.named_children() for key, _ in container.named_parameters()]
+        # (param-store name, role, site) of every variational parameter
+        self._params = [(f"{pyro_name(self)}.{role}.{site}", role, site)
+                        for role, container in self.named_children()
+                        for site in (key[: -len("_unconstrained")] for key, _ in container.named_parameters())]
         self._owned: dict[str, torch.Tensor] = {}
         self._claim(force=True)
 
@@ -173,19 +175,22 @@ class SiteGuide(PyroModule):
         tensor (two guides of the same name, e.g. a copy, never read each other's values). A tensor put
         in the store otherwise (``pyro.get_param_store().load``, ``pyro.param``) is adopted on access."""
         store = pyro.get_param_store()
-        stale = [name for name in self._fullnames if name in store and (force or (
-            _OWNED.get(id(store[name])) is store[name] and store[name] is not self._owned.get(name)))]
+        stale = []
+        for fullname, _, _ in self._params:
+            if fullname in store:
+                held = store[fullname]
+                if force or (_OWNED.get(id(held)) is held and held is not self._owned.get(fullname)):
+                    stale.append(fullname)
         if not stale and not force:
             return
-        for name in stale:
-            del store[name]
+        for fullname in stale:
+            del store[fullname]
         with pyro_context(self):
-            for role, container in self.named_children():
-                for key, _ in container.named_parameters():
-                    value = self.param(key[: -len("_unconstrained")], role).unconstrained()
-                    self._owned[f"{pyro_name(self)}.{role}.{key[: -len('_unconstrained')]}"] = value
-                    _OWNED[id(value)] = value
+            for fullname, role, site in self._params:
+                value = self.param(site, role).unconstrained()
+                self._owned[fullname] = value
+                _OWNED[id(value)] = value
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
         self._claim()
-        return {name: pyro.sample(name, self.get_posterior(name, self._priors[name]())) for name in self.site_names}
+        return {name: pyro.sample(name, self.posterior(name)) for name in self.site_names}
