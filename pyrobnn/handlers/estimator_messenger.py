@@ -10,9 +10,16 @@ pass through untouched, so the handler is placed around the whole ELBO or
 prediction call (or around the guide), like :func:`~pyrobnn.handlers.kl_annealing`.
 
 ``num_particles`` S > 1 vectorizes Monte Carlo by the layout of :mod:`pyrobnn.particles`.
+
+Other posterior families join by registering a lazy value for their distribution type with
+:func:`lazy_value` (e.g. the dropout posterior of :class:`~pyrobnn.guides.DropoutGuide`): the value
+is a :class:`~pyrobnn.distribution_tensor.DistributionTensor` that implements the layers itself,
+reading ``estimator.stochastic`` and ``estimator.particles``.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from pyro.poutine.messenger import Messenger
@@ -24,7 +31,36 @@ from ..checks import positive_int
 from ..gaussian_weight import GaussianWeight, as_sample
 from ..particles import Particles, ParticlesUnsupported
 
-__all__ = ["EstimatorMessenger"]
+__all__ = ["EstimatorMessenger", "lazy_value"]
+
+_LAZY_VALUES: dict[type, Callable] = {}
+
+
+def lazy_value(distribution_type: type):
+    """Register ``factory(fn, estimator) -> DistributionTensor``, the value an estimator handler gives a latent
+    site whose (base) distribution is a ``distribution_type``; ``fn`` is the site's distribution, expanded
+    to its full shape. Used as a decorator; returns the factory."""
+
+    def register(factory):
+        _LAZY_VALUES[distribution_type] = factory
+        return factory
+
+    return register
+
+
+def _factory(base):
+    for cls in type(base).__mro__:
+        if cls in _LAZY_VALUES:
+            return _LAZY_VALUES[cls]
+    return None
+
+
+@lazy_value(Normal)
+def _gaussian_weight(fn, estimator) -> GaussianWeight:
+    loc, scale = fn.loc, fn.scale
+    if loc.shape != fn.batch_shape:
+        loc, scale = loc.expand(fn.batch_shape), scale.expand(fn.batch_shape)
+    return GaussianWeight(loc, scale, estimator)
 
 
 def _name(func) -> str:
@@ -54,7 +90,8 @@ class EstimatorMessenger(Messenger):
             return
         fn = msg["fn"]
         base = fn.base_dist if isinstance(fn, Independent) else fn
-        if not isinstance(base, Normal):
+        factory = _factory(base)
+        if factory is None:
             if self.particles is not None:
                 raise ParticlesUnsupported(
                     f"site {msg['name']!r} has a {type(base).__name__} posterior: only Normal-family sites run "
@@ -68,10 +105,7 @@ class EstimatorMessenger(Messenger):
                 f"Predictive(parallel=True)): {type(self).__name__} needs one weight per layer; vectorize with "
                 f"num_particles=S here (or pyrobnn.predict.predict) instead"
             )
-        loc, scale = base.loc, base.scale
-        if loc.shape != fn.shape():
-            loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
-        msg["value"] = GaussianWeight(loc, scale, self)
+        msg["value"] = factory(base.expand(fn.shape()), self)
         msg["done"] = True
 
     def _pyro_align_targets(self, msg):
