@@ -2,7 +2,14 @@
 
 from .conversion import bayesian, bayesian_sites, last_layer
 from .elbo import MeanFieldELBO
-from .guides import AdditiveDropoutGuide, MultiplicativeDropoutGuide, NormalGuide, SiteGuide
+from .guides import (
+    AdditiveDropoutGuide,
+    DropoutGuide,
+    MultiplicativeDropoutGuide,
+    NormalGuide,
+    PointGuide,
+    SiteGuide,
+)
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
@@ -13,6 +20,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AdditiveDropoutGuide",
     "BayesianNetwork",
+    "DropoutGuide",
+    "PointGuide",
     "LogUniformPrior",
     "MultiplicativeDropoutGuide",
     "flipout",

@@ -21,6 +21,11 @@ Each prior is one event over a whole parameter tensor (event shape = the paramet
   (:func:`molchanov_kl`). A posterior selects one by being a :class:`DropoutNormal`, a ``Normal``
   that carries :math:`\log\alpha` and the approximation's name.
 
+- :class:`DropoutWeight`: the MC-dropout posterior of a weight tensor (Gal & Ghahramani 2016), point
+  estimates whose inputs are dropped at random. Against a Gaussian prior its KL, up to a constant that
+  does not depend on the parameters, is the cross-entropy :math:`-\mathbb E_q\log p(W)`: the weight decay
+  of dropout training.
+
 The closed forms and approximations are registered with :func:`torch.distributions.register_kl`,
 so :func:`~torch.distributions.kl_divergence`, and with it the annealed ELBO, uses them; any other
 pair raises ``NotImplementedError`` and the ELBO falls back on Monte Carlo.
@@ -40,7 +45,7 @@ from .checks import choice
 
 __all__ = [
     "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
-    "KINGMA_CONSTANTS", "MOLCHANOV_CONSTANTS", "KL_APPROXIMATIONS",
+    "KINGMA_CONSTANTS", "MOLCHANOV_CONSTANTS", "KL_APPROXIMATIONS", "DropoutWeight",
 ]
 
 
@@ -274,3 +279,91 @@ def _kl_dropout_normal_log_uniform(q, p):
         raise ValueError(f"posterior of shape {tuple(kl.shape)} does not match the prior's event shape "
                          f"{tuple(p.event_shape)}")
     return sum_rightmost(kl, len(p.event_shape))
+
+
+# -- MC dropout ---------------------------------------------------------------------------
+
+
+class DropoutWeight(TorchDistribution):
+    r"""The MC-dropout posterior of one weight tensor (Gal & Ghahramani 2016, sec. 3):
+
+    .. math:: W = M \operatorname{diag}(m) / (1 - p), \qquad m_j \sim \mathrm{Bernoulli}(1 - p),
+
+    one mask value per input unit ``j`` (dimension 1 of a Linear ``(out, in)`` or Conv ``(out, in, ...)``
+    weight), so that ``op(x, W)`` equals ``op(dropout(x), M)`` with the input dropped unit by unit
+    (a whole channel for a convolution) and rescaled as ``F.dropout`` does. A tensor of fewer than two
+    dimensions (a bias) has no inputs: it is a point mass at :math:`M`.
+
+    Moments: :math:`\mathbb E W = M`, :math:`\mathrm{Var}\,W = M^2 p/(1-p)`. ``log_prob`` is 0: the
+    posterior has no density, and against a Gaussian prior :math:`\mathcal N(\mu_p, \sigma_p^2)` the ELBO
+    uses (registered KL, exact in expectation of what ``Trace_ELBO`` computes with this ``log_prob``)
+
+    .. math:: \mathrm{KL}(q\|p) \doteq -\mathbb E_q \log p(W) = \sum_i \tfrac12\log(2\pi\sigma_p^2)
+              + \frac{(M_i - \mu_p)^2 + \mathrm{Var}\,W_i}{2\sigma_p^2},
+
+    dropping the entropy of :math:`q`, which does not depend on :math:`M`: the L2 weight decay that
+    Gal & Ghahramani (2016, appendix) derive for dropout training.
+
+    :param loc: the point estimates :math:`M` (event shape = their shape).
+    :param rate: the dropout rate :math:`p \in [0, 1)`.
+    """
+
+    arg_constraints = {}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc: torch.Tensor, rate: float, validate_args=None):
+        if not 0 <= rate < 1:
+            raise ValueError(f"rate (the dropout probability) must be in [0, 1), got {rate!r}")
+        self.loc, self.rate = loc, float(rate)
+        super().__init__(torch.Size(), loc.shape, validate_args=validate_args)
+
+    @property
+    def dropped(self) -> bool:
+        """Whether any input is dropped (a weight of two or more dimensions, rate > 0)."""
+        return self.rate > 0 and self.loc.dim() >= 2
+
+    def keep_mask(self, shape) -> torch.Tensor:
+        """A mask of ``shape``: 0 with probability ``rate``, else :math:`1/(1-p)`."""
+        keep = torch.empty(shape, dtype=self.loc.dtype, device=self.loc.device).bernoulli_(1 - self.rate)
+        return keep.div_(1 - self.rate)
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        if not self.dropped:
+            return torch.zeros_like(self.loc)
+        return self.loc.square() * (self.rate / (1 - self.rate))
+
+    def rsample(self, sample_shape=torch.Size()):
+        sample_shape = torch.Size(sample_shape)
+        if not self.dropped:
+            return self.loc.expand(sample_shape + self.loc.shape)
+        mask_shape = sample_shape + (1, self.loc.shape[1]) + (1,) * (self.loc.dim() - 2)
+        return self.loc * self.keep_mask(mask_shape)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value):
+        return value.new_zeros(value.shape[: value.dim() - len(self.event_shape)])
+
+    def expand(self, batch_shape, _instance=None):
+        if torch.Size(batch_shape) != self.batch_shape:
+            raise ValueError("DropoutWeight is one event per weight tensor and cannot be batched (no vectorized "
+                             "plates: use pyrobnn.predict for vectorized draws)")
+        return self
+
+
+@register_kl(DropoutWeight, IsotropicNormal)
+def _kl_dropout_weight_gaussian(q, p):
+    if q.event_shape != p.event_shape:
+        raise ValueError(f"posterior of shape {tuple(q.event_shape)} does not match the prior's event shape "
+                         f"{tuple(p.event_shape)}")
+    centred = q.loc - p.loc if p.loc else q.loc
+    second_moment = centred.square().sum() + (q.variance.sum() if q.dropped else 0.0)
+    return second_moment * (0.5 / p.scale**2) + q.loc.numel() * (math.log(p.scale) + 0.5 * math.log(2 * math.pi))

@@ -26,7 +26,7 @@ from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
-from .gaussian_weight import GaussianWeight
+from .distribution_tensor import DistributionTensor
 
 __all__ = ["MeanFieldELBO", "ELBOTerms"]
 
@@ -43,7 +43,7 @@ def _site_kl(guide_site, model_site) -> torch.Tensor:
         return kl_divergence(q, p)
     except NotImplementedError:  # torch's "no closed form for this pair": estimate by Monte Carlo
         value = guide_site["value"]
-        if isinstance(value, GaussianWeight):  # the estimator's draws (S particles, or one sample)
+        if isinstance(value, DistributionTensor):  # a lazy weight: the estimator's draws (S particles, or one)
             draws = value.kl_draws()
             return (q.log_prob(draws) - p.log_prob(draws)).mean(0)
         return q.log_prob(value) - p.log_prob(value)

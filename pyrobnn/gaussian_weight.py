@@ -94,5 +94,6 @@ class GaussianWeight(DistributionTensor):
 
 
 def as_sample(value):
-    """``value``'s single weight sample if it is a :class:`GaussianWeight`, else ``value``."""
-    return value.sample() if isinstance(value, GaussianWeight) else value
+    """``value``'s single weight sample if it is a lazy weight (a :class:`DistributionTensor` with ``sample()``:
+    :class:`GaussianWeight`, :class:`~pyrobnn.masked_weight.MaskedWeight`), else ``value``."""
+    return value.sample() if isinstance(value, DistributionTensor) and hasattr(value, "sample") else value

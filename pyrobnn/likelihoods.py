@@ -61,6 +61,15 @@ def uncertainty(probs: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"total": total, "aleatoric": aleatoric, "epistemic": epistemic}
 
 
+def _full_precision(output: torch.Tensor) -> torch.Tensor:
+    """A half-precision network output (``torch.autocast``) in float32, so log-densities are computed in fp32."""
+    if output.dtype not in (torch.float16, torch.bfloat16):
+        return output
+    if isinstance(output, Moments):
+        return Moments(output.loc.float(), output.variance.float())
+    return output.float()
+
+
 class Likelihood(PyroModule):
     """Base class. Subclasses override :meth:`distribution` and :meth:`predictive` (both raise
     ``NotImplementedError`` here), and may override :meth:`check` and :meth:`moment_distribution`."""
@@ -88,6 +97,7 @@ class Likelihood(PyroModule):
         so the log-likelihood is scaled by ``num_data / batch``. ``output`` may be propagated
         :class:`~pyrobnn.moments.Moments` (VDP++), scored by :meth:`moment_distribution`.
         With Pyro's validation on, :meth:`check` runs first."""
+        output = _full_precision(output)
         batch = output.shape[0]
         if is_validation_enabled():
             self.check(output, y)

@@ -12,6 +12,7 @@ from ._compat import DropoutBase
 from .analysis.metrics import classification_metrics, regression_metrics
 from .device import device_of
 from .handlers import local_reparameterization, vdp
+from .handlers.estimator_messenger import has_lazy_value
 from .moments import Moments
 from .particles import ParticlesUnsupported
 
@@ -37,16 +38,11 @@ def prediction_mode(model: nn.Module, mc_dropout: bool = False):
             m.training = mode
 
 
-def _normal_family(guide) -> bool:
-    """Whether every site of the guide has a (diagonal) Normal posterior."""
+def _vectorizable(guide) -> bool:
+    """Whether every site of the guide has a posterior that estimator handlers draw in one pass
+    (a registered :func:`~pyrobnn.handlers.estimator_messenger.lazy_value`: Normal family, dropout, ...)."""
     names = getattr(guide, "site_names", None)
-    if names is None:
-        return False
-    for name in names:
-        fn = guide.posterior(name)
-        if not isinstance(getattr(fn, "base_dist", fn), torch.distributions.Normal):
-            return False
-    return True
+    return bool(names) and all(has_lazy_value(guide.posterior(name)) for name in names)
 
 
 @torch.no_grad()
@@ -55,8 +51,8 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
                        max_rows: int = 200_000) -> torch.Tensor:
     """Network outputs under ``num_samples`` posterior draws, shape ``(S, N, ...)``.
 
-    ``vectorized`` (default: whenever every posterior is Normal-family) draws the S samples in
-    batched passes under :func:`~pyrobnn.handlers.local_reparameterization` with
+    ``vectorized`` (default: whenever every posterior has a lazy value, e.g. Normal family or dropout)
+    draws the S samples in batched passes under :func:`~pyrobnn.handlers.local_reparameterization` with
     ``num_particles``: per example, exactly S independent draws of the network under
     :math:`q(w)`; at most ``max_rows`` rows (particles x examples) go through the network at
     once. Otherwise (or when the network uses a Bayesian parameter outside a Linear/Conv layer, e.g.
@@ -71,7 +67,7 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
     model.check_input(x)
     explicit = vectorized is not None
     if vectorized is None:
-        vectorized = _normal_family(guide) and len(guide.site_names) > 0
+        vectorized = _vectorizable(guide)
     with prediction_mode(model, mc_dropout):
         if vectorized:
             try:

@@ -21,6 +21,7 @@ loop does not depend on Pyro's global parameter store.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .checks import check_labels, positive_int
-from .device import resolve_device
+from .device import device_of, resolve_device
 from .elbo import MeanFieldELBO
 from .handlers import ESTIMATORS, kl_annealing
 from .handlers import estimator as estimator_handler
@@ -41,7 +42,19 @@ from .particles import ParticlesUnsupported
 from .predict import evaluate, predictive_outputs
 from .schedules import Constant
 
-__all__ = ["fit", "svi_step", "make_optimizer", "TrainingDiverged", "History", "Callback"]
+__all__ = ["fit", "svi_step", "make_optimizer", "TrainingDiverged", "History", "Callback", "PRECISIONS"]
+
+PRECISIONS = ("fp32", "bf16")
+"""Arithmetic of the network's matmuls and convolutions: float32, or bfloat16 under ``torch.autocast`` (the
+KL, the guide's parameters and the log-likelihood stay in float32)."""
+
+
+def _precision(precision: str, device: torch.device):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 Callback = Callable[[int, dict], None]
 """Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
@@ -67,24 +80,27 @@ class History:
 
 
 def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
-             elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1):
+             elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1,
+             precision: str = "fp32"):
     """One gradient step on the β-annealed negative ELBO of a minibatch; returns its :class:`~pyrobnn.elbo.ELBOTerms`.
 
     ``estimator`` (a key of :data:`pyrobnn.handlers.ESTIMATORS`) and ``num_particles`` choose the
     Monte-Carlo estimator; the particles run in one vectorized pass, or in a loop when the network
     uses a Bayesian parameter outside a Linear/Conv layer. An explicit ``elbo`` draws its own
     particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
+    ``precision="bf16"`` runs the network under ``torch.autocast`` (see :data:`PRECISIONS`).
     The update is skipped (and the terms returned) when the loss is not finite.
     """
     if elbo is not None and num_particles > 1:
         raise ValueError("pass num_particles to the elbo (it loops) or to svi_step/fit (one vectorized pass), "
                          "not both: got elbo= and num_particles > 1")
     elbo = elbo if elbo is not None else MeanFieldELBO()
+    arithmetic = _precision(precision, x.device)
     try:
-        with kl_annealing(beta=beta), estimator_handler(estimator, num_particles, x.shape[0]):
+        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, num_particles, x.shape[0]):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
-        with kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
+        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     if torch.isfinite(terms.loss):
         optim.zero_grad(set_to_none=True)
@@ -108,14 +124,15 @@ def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: f
     return cls(params, lr=lr, weight_decay=weight_decay, **options)
 
 
-def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str) -> None:
+def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, transform=None) -> None:
     """Shape and label checks done once on the whole dataset, not on every step."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"{what}: x has {x.shape[0]} examples but y has {y.shape[0]}")
-    model.check_input(x[:1])
+    first = x[:1] if transform is None else transform(x[:1].to(device_of(guide, model)))
+    model.check_input(first)
     if model.task == "classification":
         with pyro.poutine.block():
-            num_classes = predictive_outputs(model, guide, x[:1], num_samples=1, vectorized=False).shape[-1]
+            num_classes = predictive_outputs(model, guide, first, num_samples=1, vectorized=False).shape[-1]
         check_labels(y, num_classes, f"{what} labels")
 
 
@@ -128,14 +145,18 @@ def fit(
     epochs: int = 10,
     batch_size: int = 128,
     lr: float = 1e-3,
-    optimizer: str = "adam",
+    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam",
     weight_decay: float = 0.0,
     lr_step: int = 0,
     lr_gamma: float = 0.5,
+    lr_schedule: Callable[[int], float] | Sequence[Callable[[int], float]] | None = None,
     beta: Callable[[int, int, int], float] = Constant(1.0),
     num_particles: int = 1,
     estimator: str = "sample",
     elbo=None,
+    num_data: int | None = None,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    precision: str = "fp32",
     val: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
     val_samples: int = 10,
     seed: int = 0,
@@ -148,20 +169,30 @@ def fit(
 ) -> History:
     r"""Train ``guide`` (and the model's deterministic parameters) on ``(x, y)`` by SVI.
 
-    :param model: a :class:`~pyrobnn.BayesianNetwork` (its ``num_data`` is set to ``len(x)``).
+    :param model: a :class:`~pyrobnn.BayesianNetwork` (its ``num_data`` is set to ``num_data``).
     :param guide: a pyrobnn guide built on ``model`` (e.g. :class:`~pyrobnn.NormalGuide`).
-    :param x, y: training inputs and targets (tensors; moved to the device batch by batch).
+    :param x, y: training inputs and targets (tensors, e.g. uint8 images; moved to the device batch by batch,
+        so data already on the device stays there).
     :param epochs: number of passes over the data.
     :param batch_size: minibatch size B; the likelihood is scaled by N/B.
     :param lr: learning rate of ``optimizer`` (``"adam"`` or ``"sgd"``, momentum 0.9).
+    :param optimizer: ``"adam"``, ``"sgd"``, or a callable ``(model, guide) -> torch.optim.Optimizer`` for
+        parameter groups of their own (``lr`` and ``weight_decay`` then belong to it).
     :param lr_step: multiply the learning rate by ``lr_gamma`` every ``lr_step`` epochs (0: constant;
         Blundell et al. 2015 halve it every 100 epochs).
+    :param lr_schedule: instead of ``lr_step``, a multiplier of the initial learning rate per epoch,
+        ``lr_schedule(epoch)``, or one such callable per parameter group (``torch.optim.lr_scheduler.LambdaLR``).
     :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.schedules`.
     :param num_particles: posterior samples per step, drawn in one vectorized pass (Blundell et al. use 5).
     :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS`: ``"sample"`` (weight sampling),
         ``"local"`` (local reparameterization), ``"flipout"`` or ``"vdp"`` (VDP++ moments).
     :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO`); it draws its own particles, so
         ``num_particles`` must then be 1.
+    :param num_data: the training-set size N that scales the likelihood (default ``len(x)``; under data-parallel
+        training each process passes its shard and the full N, see :mod:`pyrobnn.distributed`).
+    :param transform: applied to every training batch on the device (augmentation, uint8 to float:
+        :class:`pyrobnn.data.augment.ImageAugment`); validation data is passed ready to use.
+    :param precision: ``"fp32"`` or ``"bf16"`` (the network under ``torch.autocast``; KL and log-likelihood in fp32).
     :param val: optional ``(x_val, y_val)`` evaluated after each epoch with ``val_samples`` MC samples.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
@@ -187,19 +218,33 @@ def fit(
         raise ValueError(f"estimator must be one of {sorted(ESTIMATORS)}, got {estimator!r}")
     if elbo is not None and num_particles > 1:
         raise ValueError("pass num_particles to the elbo (it loops) or to fit (one vectorized pass), not both")
+    if lr_schedule is not None and lr_step:
+        raise ValueError("pass lr_step (step decay) or lr_schedule (a multiplier per epoch), not both")
+    if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
+        raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
+                         f"got {num_data!r}")
+    _precision(precision, torch.device("cpu"))
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
     device = resolve_device(device)
     model.to(device)
     guide.to(device)
-    _check_data(model, guide, x, y, "training data")
+    _check_data(model, guide, x, y, "training data", transform)
     if val is not None:
         _check_data(model, guide, *val, "validation data")
-    model.num_data = x.shape[0]
+    model.num_data = x.shape[0] if num_data is None else num_data
 
-    params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-    optim = make_optimizer(params, optimizer, lr, weight_decay)
-    scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=lr_step or 1, gamma=lr_gamma if lr_step else 1.0)
+    if callable(optimizer):
+        optim = optimizer(model, guide)
+        if not isinstance(optim, torch.optim.Optimizer):
+            raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
+    else:
+        params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
+        optim = make_optimizer(params, optimizer, lr, weight_decay)
+    if lr_schedule is not None:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optim, lr_schedule)
+    else:
+        scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=lr_step or 1, gamma=lr_gamma if lr_step else 1.0)
     run = _Run(model, guide, optim, scheduler, History())
     pyro.set_rng_seed(seed)
     start = run.resume(checkpoint, device) if resume and Path(checkpoint).is_file() else 0
@@ -220,7 +265,7 @@ def fit(
             order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
             record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
                                estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
-                               on_step=advance)
+                               on_step=advance, transform=transform, precision=precision)
             scheduler.step()
             if val is not None:
                 metrics = evaluate(model, guide, *val, num_samples=val_samples)
@@ -267,16 +312,19 @@ class _Run:
         })
 
     def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
-              on_step) -> dict:
+              on_step, transform=None, precision="fp32") -> dict:
         """One pass over ``batches`` (index tensors); returns the epoch's record."""
         tick = time.perf_counter()
-        num_data, steps = x.shape[0], len(batches)
+        num_data, steps = getattr(self.model, "num_data", None) or x.shape[0], len(batches)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, kl, beta
         for step, idx in enumerate(batches):
-            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            xb = x[idx.to(x.device)].to(device, non_blocking=True)  # data kept on the device is sliced there
+            yb = y[idx.to(y.device)].to(device, non_blocking=True)
+            if transform is not None:
+                xb = transform(xb)
             b = beta(epoch, step, steps)
             terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
-                             num_particles=num_particles)
+                             num_particles=num_particles, precision=precision)
             # one device-to-host copy per step for the logged terms
             values = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(terms.nll)]).tolist()
             if not math.isfinite(values[0]):

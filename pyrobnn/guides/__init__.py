@@ -2,15 +2,20 @@
 
 from .additive_dropout import AdditiveDropoutGuide
 from .base import SiteGuide
+from .dropout import DropoutGuide
 from .multiplicative_dropout import MultiplicativeDropoutGuide
 from .normal import NormalGuide
+from .point import PointGuide
 
 GUIDES = {
     "normal": NormalGuide,
     "additive": AdditiveDropoutGuide,
     "multiplicative": MultiplicativeDropoutGuide,
+    "dropout": DropoutGuide,
+    "point": PointGuide,
 }
 """Guides selectable by name (``pyrobnn train --guide``); ``normal`` also takes
 ``--parameterization log_variance`` (variational dense)."""
 
-__all__ = ["SiteGuide", "NormalGuide", "AdditiveDropoutGuide", "MultiplicativeDropoutGuide", "GUIDES"]
+__all__ = ["SiteGuide", "NormalGuide", "AdditiveDropoutGuide", "MultiplicativeDropoutGuide", "DropoutGuide",
+           "PointGuide", "GUIDES"]

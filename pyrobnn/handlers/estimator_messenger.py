@@ -31,15 +31,16 @@ from ..checks import positive_int
 from ..gaussian_weight import GaussianWeight, as_sample
 from ..particles import Particles, ParticlesUnsupported
 
-__all__ = ["EstimatorMessenger", "lazy_value"]
+__all__ = ["EstimatorMessenger", "lazy_value", "has_lazy_value"]
 
 _LAZY_VALUES: dict[type, Callable] = {}
 
 
 def lazy_value(distribution_type: type):
     """Register ``factory(fn, estimator) -> DistributionTensor``, the value an estimator handler gives a latent
-    site whose (base) distribution is a ``distribution_type``; ``fn`` is the site's distribution, expanded
-    to its full shape. Used as a decorator; returns the factory."""
+    site whose distribution ``fn`` (or ``fn.base_dist`` when ``fn`` is an ``Independent``) is a
+    ``distribution_type``; ``fn`` is passed as the site has it (``fn.shape()`` is the value's shape).
+    Used as a decorator; returns the factory."""
 
     def register(factory):
         _LAZY_VALUES[distribution_type] = factory
@@ -55,11 +56,17 @@ def _factory(base):
     return None
 
 
+def has_lazy_value(fn) -> bool:
+    """Whether estimator handlers give a site sampled from ``fn`` a lazy value (so it runs particles in one pass)."""
+    return _factory(fn.base_dist if isinstance(fn, Independent) else fn) is not None
+
+
 @lazy_value(Normal)
 def _gaussian_weight(fn, estimator) -> GaussianWeight:
-    loc, scale = fn.loc, fn.scale
-    if loc.shape != fn.batch_shape:
-        loc, scale = loc.expand(fn.batch_shape), scale.expand(fn.batch_shape)
+    base = fn.base_dist if isinstance(fn, Independent) else fn
+    loc, scale = base.loc, base.scale
+    if loc.shape != fn.shape():
+        loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
     return GaussianWeight(loc, scale, estimator)
 
 
@@ -105,7 +112,7 @@ class EstimatorMessenger(Messenger):
                 f"Predictive(parallel=True)): {type(self).__name__} needs one weight per layer; vectorize with "
                 f"num_particles=S here (or pyrobnn.predict.predict) instead"
             )
-        msg["value"] = factory(base.expand(fn.shape()), self)
+        msg["value"] = factory(fn, self)
         msg["done"] = True
 
     def _pyro_align_targets(self, msg):

@@ -1,0 +1,55 @@
+"""MC dropout as a guide (Gal & Ghahramani 2016)."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Mapping, Union
+
+from ..distributions import DropoutWeight
+from ..masked_weight import MaskedWeight  # noqa: F401  (registers the lazy value estimator handlers use)
+from .base import InitLoc
+from .point import PointGuide
+
+__all__ = ["DropoutGuide"]
+
+Rate = Union[float, Mapping[str, float]]
+
+
+def _check_rate(name: str, rate) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"{name} (the dropout probability) must be a number in [0, 1), got {rate!r}")
+    return float(rate)
+
+
+class DropoutGuide(PointGuide):
+    r"""MC dropout: point-estimate weights :math:`M` with Bernoulli masks on the inputs of each Bayesian layer,
+
+    .. math:: q(W) = M\operatorname{diag}(m)/(1-p), \quad m_j \sim \mathrm{Bernoulli}(1-p)
+
+    (:class:`~pyrobnn.distributions.DropoutWeight`; Gal & Ghahramani 2016, "Dropout as a Bayesian
+    approximation"). Training with the ELBO is dropout training with weight decay
+    :math:`\|M\|^2/(2\sigma_p^2(1-p))` from a Gaussian prior; prediction averages T passes with fresh
+    masks (``pyrobnn.predict(..., num_samples=T)``, one mask per example and pass). Under the
+    estimator handlers each example draws its own mask (:mod:`pyrobnn.masked_weight`); under plain Pyro
+    ``SVI`` one mask per batch. Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
+
+    :param model: the :class:`~pyrobnn.BayesianNetwork`.
+    :param rate: the dropout probability p of every layer's input, or a mapping from glob patterns over
+        site names to rates (first match wins, unmatched sites get 0), e.g. ``{"net.conv1.*": 0.0, "*": 0.3}``
+        to keep the image itself undropped.
+    :param init_loc: initial values (default: the network's current weights).
+    """
+
+    def __init__(self, model, rate: Rate = 0.5, init_loc: InitLoc = "module", *, name: str | None = None):
+        if isinstance(rate, Mapping):
+            self.rates = {str(k): _check_rate(f"rate[{k!r}]", v) for k, v in rate.items()}
+        else:
+            self.rates = {"*": _check_rate("rate", rate)}
+        super().__init__(model, init_loc, name=name)
+
+    def rate(self, name: str) -> float:
+        """The dropout probability of the inputs of site ``name``."""
+        return next((r for pattern, r in self.rates.items() if fnmatch.fnmatchcase(name, pattern)), 0.0)
+
+    def get_posterior(self, name, prior):
+        return DropoutWeight(self.param(name, "locs"), self.rate(name))

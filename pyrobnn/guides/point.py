@@ -1,0 +1,33 @@
+"""Point estimates: the MAP (or maximum-likelihood) baseline as a guide."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+
+from .base import SiteGuide
+
+__all__ = ["PointGuide"]
+
+
+class PointGuide(SiteGuide):
+    r"""A point mass :math:`q(w) = \delta(w - M)` per site, as Pyro's ``AutoDelta``.
+
+    The ELBO then reduces to the MAP objective :math:`-\sum_n \log p(y_n|x_n, M) - \log p(M)` (the log prior
+    of a Gaussian :math:`\mathcal N(0, \sigma_p^2)` is L2 weight decay :math:`\|M\|^2/2\sigma_p^2`), so the
+    deterministic baseline trains, predicts and is evaluated through the same ``fit``/``predict``/``evaluate``
+    as every other guide (predict with ``num_samples=1``: every draw is the same network).
+    For plain maximum likelihood use ``BayesianNetwork(..., deterministic=True)`` with no guide sites.
+
+    :param model: the :class:`~pyrobnn.BayesianNetwork`.
+    :param init_loc: initial values (default: the network's current weights).
+    """
+
+    pruning_rule = "magnitude"
+    pruned_values = {"locs": 0.0}
+
+    def setup_site(self, site, loc):
+        self.add_param(site, "locs", loc)
+
+    def get_posterior(self, name, prior):
+        loc = self.param(name, "locs")
+        return dist.Delta(loc, event_dim=loc.dim())

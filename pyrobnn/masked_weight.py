@@ -1,0 +1,97 @@
+r"""``MaskedWeight``: an MC-dropout weight that is still a distribution when a layer uses it.
+
+Under an estimator handler (:mod:`pyrobnn.handlers`) a site whose posterior is a
+:class:`~pyrobnn.distributions.DropoutWeight` gets a ``MaskedWeight`` value, as a Normal-family site
+gets a :class:`~pyrobnn.gaussian_weight.GaussianWeight`. A sampling estimator (weight sampling, local
+reparameterization, flipout: for dropout they are the same rule) applies it as MC dropout does,
+one mask per example (Gal & Ghahramani 2016):
+
+.. math:: \mathrm{op}(x_b \odot m_b / (1-p),\; M) + b, \qquad m_{b,j} \sim \mathrm{Bernoulli}(1 - p),
+
+``m_b`` one value per input feature of example ``b`` (per input channel of a convolution, shared over
+positions; per input feature of a sequence, shared over its tokens), so each example sees its own
+exact draw of :math:`W = M\operatorname{diag}(m_b)/(1-p)`. With S particles each particle's copy of
+an example draws its own mask. Under :func:`~pyrobnn.handlers.vdp` the weight enters the moment rules
+with mean :math:`M` and variance :math:`M^2 p/(1-p)` (masks treated as independent per weight, the
+VDP++ approximation). Any other operation sees one weight sample, drawn once and reused.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._compat import tree_flatten
+from .distribution_tensor import DistributionTensor
+from .distributions import DropoutWeight
+from .gaussian_weight import LAYERS, as_sample
+from .handlers.estimator_messenger import lazy_value
+
+__all__ = ["MaskedWeight"]
+
+
+class MaskedWeight(DistributionTensor):
+    """The weight :math:`W = M\\operatorname{diag}(m)/(1-p)` of a :class:`DropoutWeight` posterior, applied by
+    ``estimator`` (the handler that made it)."""
+
+    posterior: DropoutWeight
+
+    @staticmethod
+    def __new__(cls, posterior: DropoutWeight, estimator):
+        self = cls.wrap(posterior.loc)
+        self.posterior, self.loc, self.estimator = posterior, posterior.loc, estimator
+        self._sample = self._draws = None
+        return self
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loc, self.posterior.variance
+
+    def sample(self) -> torch.Tensor:
+        """One weight sample (one mask for the whole batch), drawn once and reused."""
+        if self._sample is None:
+            self._sample = self.posterior.rsample()
+        return self._sample
+
+    def samples(self, n: int) -> torch.Tensor:
+        """``n`` independent weight samples, ``(n,) + shape`` (fresh draws)."""
+        return self.posterior.rsample((n,))
+
+    def particle_samples(self, n: int) -> torch.Tensor:
+        """One weight sample per particle, drawn once and reused (for a Monte-Carlo KL)."""
+        if self._draws is None or self._draws.shape[0] != n:
+            self._draws = self.samples(n)
+        return self._draws
+
+    def kl_draws(self) -> torch.Tensor:
+        return self.estimator.kl_draws(self)
+
+    def __repr__(self):
+        return (f"MaskedWeight(shape={tuple(self.loc.shape)}, rate={self.posterior.rate}, "
+                f"estimator={type(self.estimator).__name__})")
+
+    def layer(self, op, x, weight, bias=None, *rest, **kwargs):
+        """``op(x, W, b)`` with the input dropped per example (module docstring)."""
+        particles = self.estimator.particles
+        if particles is not None and particles.is_first(x):
+            x = particles.stacked(x).flatten(0, 1)
+        if self.posterior.dropped:
+            if op is torch.nn.functional.linear:  # one mask per example, shared by its tokens
+                shape = x.shape[:1] + (1,) * (x.dim() - 2) + x.shape[-1:]
+            else:  # one mask per example and input channel, shared by positions
+                shape = x.shape[:2] + (1,) * (x.dim() - 2)
+            x = x * self.posterior.keep_mask(shape)
+        return op(x, self.loc, as_sample(bias), *rest, **kwargs)
+
+    @classmethod
+    def dispatch(cls, func, args, kwargs):
+        if func in LAYERS and len(args) > 1 and isinstance(args[1], MaskedWeight):
+            weight = args[1]
+            if weight.estimator.stochastic:
+                return weight.layer(func, *args, **kwargs)
+            return weight.estimator.layer(func, *args, **kwargs)  # moment propagation
+        weight = next(v for v in tree_flatten((args, kwargs))[0] if isinstance(v, MaskedWeight))
+        return weight.estimator.other(func, args, kwargs)
+
+
+@lazy_value(DropoutWeight)
+def _masked_weight(fn, estimator) -> MaskedWeight:
+    return MaskedWeight(fn, estimator)
