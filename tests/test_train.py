@@ -260,3 +260,58 @@ def test_fit_updates_batchnorm_statistics_only_in_training_steps():
     fit(model, guide, x, y, epochs=1, **{**FIT, "batch_size": 16, "num_particles": 1})
     # one epoch of one minibatch with one particle = exactly one training forward pass
     assert bn.num_batches_tracked.item() == 1
+
+
+# ----------------------------------------------------------------------------- options of fit
+
+
+def test_transform_is_applied_to_every_training_batch_and_the_data_check(moons):
+    model, guide = make_run()
+    seen = []
+
+    def halve(xb):  # data stored at twice its scale, e.g. uint8 images turned to floats per batch
+        seen.append(xb.shape[0])
+        return xb / 2
+
+    history = fit(model, guide, moons.x_train * 2, moons.y_train, epochs=1, transform=halve, **FIT)
+    assert seen == [1] + [32] * 6 + [8]  # the check of the first example, then 7 batches of 200
+    model2, guide2 = make_run()
+    same = fit(model2, guide2, moons.x_train, moons.y_train, epochs=1, **FIT)
+    assert history.last["loss"] == pytest.approx(same.last["loss"], rel=1e-5)
+
+
+def test_optimizer_factory_and_lr_schedule_per_group(moons):
+    model, guide = make_run()
+
+    def groups(model, guide):
+        locs = [p for n, p in guide.named_parameters() if ".locs." in n or n.startswith("locs")]
+        rest = [p for p in guide.parameters() if all(p is not q for q in locs)]
+        return torch.optim.SGD([{"params": locs, "lr": 0.1}, {"params": rest, "lr": 0.01}], lr=0.1)
+
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3,
+                  **{**FIT, "lr": 1.0}, optimizer=groups, lr_schedule=[lambda e: 0.5 ** e, lambda e: 1.0])
+    assert history["lr"] == pytest.approx([0.1, 0.05, 0.025])  # the lr each epoch trained with
+    with pytest.raises(ValueError, match="lr_step"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, lr_step=1, lr_schedule=lambda e: 1.0, **FIT)
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, optimizer=lambda m, g: None, **FIT)
+
+
+def test_num_data_scales_the_likelihood(moons):
+    model, guide = make_run()
+    fit(model, guide, moons.x_train, moons.y_train, epochs=1, num_data=800, **FIT)
+    assert model.num_data == 800
+    with pytest.raises(ValueError, match="num_data"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, num_data=10, **FIT)
+
+
+def test_bf16_autocast_keeps_the_loss_close_and_the_kl_in_fp32(moons):
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model, guide = make_run()
+        losses[precision] = fit(model, guide, moons.x_train, moons.y_train, epochs=2, precision=precision,
+                                **FIT).last["loss"]
+        assert all(p.dtype == torch.float32 for p in guide.parameters())
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.05)
+    with pytest.raises(ValueError, match="precision"):
+        fit(*make_run(), moons.x_train, moons.y_train, epochs=1, precision="fp16", **FIT)
