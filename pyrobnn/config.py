@@ -154,7 +154,7 @@ class GuideOptions:
     """The posterior family q(w) (pyrobnn.guides)."""
 
     name: Annotated[GuideName, arg(name="guide", prefix_name=False)] = "normal"
-    """normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout (Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015)."""
+    """normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout (Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015); dropout: MC dropout (Gal & Ghahramani 2016); point: MAP point estimates."""
     parameterization: _choices(PARAMETERIZATIONS) = _cli(_default(GUIDES["normal"], "parameterization"))
     """normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the variational dense of Graves (2011)."""
     share: Share = _default(GUIDES["normal"], "share")
@@ -165,6 +165,8 @@ class GuideOptions:
     """additive: initial log sigma^2 of every weight."""
     init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
     """multiplicative: initial log alpha."""
+    rate: float = _default(GUIDES["dropout"], "rate")
+    """dropout: probability of dropping each input unit (channel) of every Bayesian layer."""
 
 
 @dataclass

@@ -663,3 +663,15 @@ def test_mcmc_config_round_trip_and_toy_names():
     assert toy_dataset("moons") == "two-moons" and toy_dataset("Two_Moons") == "two-moons"
     with pytest.raises(ValueError, match="mcmc.chains"):
         MCMCConfig.from_dict({"mcmc": {"chains": 3}})
+
+
+@pytest.mark.parametrize("guide", [["--guide", "dropout", "--guide.rate", "0.2"], ["--guide", "point"]])
+def test_mc_dropout_and_point_guides_train_and_evaluate_by_one_argument(guide, tmp_path):
+    out = tmp_path / "run"
+    assert run_cli(["train", *MOONS, "--epochs", 40, "--lr", 0.02, *guide, "--out", out]) == 0
+    trained = json.loads((out / "metrics.json").read_text())["test"]
+    assert trained["accuracy"] > 0.7
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 5,
+                    "--json", tmp_path / "eval.json"]) == 0
+    again = json.loads((tmp_path / "eval.json").read_text())["test"]
+    assert abs(again["accuracy"] - trained["accuracy"]) < 0.1
