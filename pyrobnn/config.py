@@ -124,11 +124,13 @@ class ModelOptions:
     """The network and which of its parameters are Bayesian."""
 
     name: Annotated[str, arg(name="model", metavar=MODEL_METAVAR)] = "mlp"
-    """Network: an MLP, LeNet-300-100, LeNet-5, a small ViT, or a torchvision classifier (e.g. tv:resnet18)."""
+    """Network: mlp, LeNet-300-100, LeNet-5, a small ViT, the CIFAR nets (lenet5-cifar, alexnet, resnet18, resnet50, vgg16, wrn28-10, wrn<d>-<k>) or a torchvision classifier (tv:NAME)."""
     hidden: tuple[int, ...] = (400,)
     """Hidden widths of the mlp, e.g. 1200 1200."""
     dropout: float = 0.0
-    """Dropout rate after each hidden layer of the mlp and in the vit blocks (0: none)."""
+    """Dropout rate in the mlp, vit, alexnet and vgg16 classifiers and wide-ResNet blocks (0: none; refused by the others)."""
+    width: float = 1.0
+    """Multiplier of the hidden widths of the built-in models (e.g. 0.25 for a quick run; wrn28-10 at 0.1 is WRN-28-1)."""
     bayesian: Annotated[str, arg(metavar="{all,last-layer,none,PATTERNS}")] = "all"
     """Parameters with priors: all (normalisation layers stay deterministic), last-layer, none (maximum likelihood), or comma-separated globs over parameter names."""
 
@@ -578,7 +580,8 @@ def build_network(cfg, data) -> BayesianNetwork:
     groups), for a dataset (:class:`~pyrobnn.data.DataSplits`); weights drawn from torch's global RNG."""
     likelihood = make_likelihood(cfg, data.task)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
-    net = build_model(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout)
+    net = build_model(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
+                      width=cfg.model.width)
     deterministic = cfg.model.bayesian == "none"
     return BayesianNetwork(
         net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),

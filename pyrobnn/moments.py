@@ -13,10 +13,16 @@ with no covariances (variance-only density propagation):
   :math:`\sigma_z^2 = F(\sigma_a^2, \sigma_W^2 + \mu_W^2) + F(\mu_a^2, \sigma_W^2) + \sigma_b^2`
   (exact for independent inputs and weights);
 - elementwise activations, first-order Taylor: :math:`\mu = f(\mu_z)`, :math:`\sigma^2 = \sigma_z^2 f'(\mu_z)^2`;
-- max-pool: co-pooling (the max of the means, the variance at its argmax); average pool:
-  :math:`\sigma^2 = \mathrm{avg}(\sigma_z^2)/k` over :math:`k` window elements;
-- flatten/reshape/view: both moments alike; dropout: identity;
+- max-pool, adaptive max-pool: co-pooling (the max of the means, the variance at its argmax); average pool:
+  :math:`\sigma^2 = \mathrm{avg}(\sigma_z^2)/k` over :math:`k` window elements; adaptive average pool (global
+  pooling of ResNets): the same with :math:`k` the size of each output's region;
+- mean and sum over dimensions: :math:`\sigma^2 = \sum_i \sigma_i^2 / n^2` and :math:`\sum_i \sigma_i^2`;
+- flatten/reshape/view: both moments alike; concatenation: means and variances alike (a deterministic
+  tensor has variance 0); dropout: identity;
 - addition (residual): means add, variances add (independence);
+- in-place forms (``x += y``, ``x.relu_()``, ``F.relu(x, inplace=True)``): the rule's moments written into
+  ``x``, which must be a ``Moments`` (a deterministic tensor cannot hold a variance: ``x.add_(y)`` raises,
+  and ``x += y`` falls back to ``x = x + y`` as Python does when ``+=`` is not implemented);
 - softmax (Jacobian rule): :math:`\sigma_i^2 = \sum_j J_{ij}^2\sigma_j^2`, :math:`J = \mathrm{diag}(p) - pp^\top`;
 - BatchNorm / LayerNorm: the normalisation computed on the means is an affine map per unit,
   applied to the mean; the variance is scaled by its squared slope.
@@ -26,6 +32,7 @@ Any other operation raises ``TypeError`` naming it: the variance is never droppe
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -65,6 +72,8 @@ class Moments(DistributionTensor):
                 f"vdp: no moment-propagation rule for {name}; the network uses an operation VDP++ does not "
                 f"cover (supported: {supported_operations()})"
             )
+        if kwargs.get("inplace"):  # F.relu(x, inplace=True) and the like write their result into x
+            return _assign(args[0], rule(*args, **dict(kwargs, inplace=False)), name=func)
         return rule(*args, **kwargs)
 
 
@@ -159,16 +168,62 @@ def _add(a, b, *, alpha=1):
     return _wrap(mean, sum(variances).expand_as(mean) if variances else None)
 
 
-def _max_pool(nd):
-    pool = getattr(F, f"max_pool{nd}d_with_indices")
+def _assign(target, result, name=None):
+    """The in-place form of a rule: ``result``'s moments written into ``target``, which is returned."""
+    if not isinstance(target, Moments):
+        name = getattr(name, "__name__", name) or "an in-place operation"
+        raise TypeError(f"vdp: {name} would write moments into a deterministic tensor, which cannot hold a "
+                        "variance; use the out-of-place form (x = x + y instead of x += y)")
+    target.loc, target.variance = _mv(result)
+    return target
 
-    def rule(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+
+def _in_place(rule):
+    """``x.op_(...)`` (``add_``, which ``x += y`` calls, ``relu_``, ...): the out-of-place ``rule`` written into ``x``."""
+
+    def in_place(target, *args, **kwargs):
+        return _assign(target, rule(target, *args, **kwargs))
+
+    return in_place
+
+
+def _co_pool(pool, nd):
+    r"""Co-pooling for ``pool`` = ``F.max_poolNd_with_indices`` or ``F.adaptive_max_poolNd_with_indices`` (which
+    return the maxima and their indices whatever ``return_indices`` says): over each window :math:`R`,
+    :math:`\mu = \max_{i \in R} \mu_i` and :math:`\sigma^2 = \sigma^2_{i^*}`, :math:`i^* = \arg\max_{i\in R}\mu_i`."""
+    signature = inspect.signature(pool)
+
+    def rule(x, *args, **kwargs):
         mean, var = _mv(x)
-        out, indices = pool(mean, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
-        # co-pooling: the variance of the unit whose mean is the maximum
-        pooled = var.flatten(-nd).gather(-1, indices.flatten(-nd)).view_as(out)
-        result = Moments(out, pooled)
-        return (result, indices) if return_indices else result
+        out, indices = pool(mean, *args, **kwargs)
+        result = Moments(out, var.flatten(-nd).gather(-1, indices.flatten(-nd)).view_as(out))
+        wanted = signature.bind(mean, *args, **kwargs).arguments.get("return_indices", False)
+        return (result, indices) if wanted else result
+
+    return rule
+
+
+def _region_sizes(in_sizes, out_sizes, like: torch.Tensor) -> torch.Tensor:
+    r"""The number of inputs pooled into each output of adaptive pooling, shaped ``out_sizes``: along a
+    dimension of length :math:`L` pooled to :math:`O` outputs, output :math:`i` averages
+    :math:`[\lfloor iL/O \rfloor, \lceil (i+1)L/O \rceil)` (PyTorch's regions; they overlap when :math:`O \nmid L`)."""
+    count = torch.ones((), dtype=like.dtype, device=like.device)
+    for length, size in zip(in_sizes, out_sizes):
+        i = torch.arange(size, device=like.device)
+        extent = -((-(i + 1) * length) // size) - (i * length) // size
+        count = count.unsqueeze(-1) * extent.to(like.dtype)
+    return count
+
+
+def _adaptive_avg_pool(nd):
+    pool = getattr(F, f"adaptive_avg_pool{nd}d")
+
+    def rule(x, output_size):
+        r"""Adaptive average pooling of independent units: each output averages its region of :math:`k`
+        inputs, :math:`\mu = \mathrm{avg}(\mu_i)`, :math:`\sigma^2 = \mathrm{avg}(\sigma_i^2) / k`."""
+        mean, var = _mv(x)
+        out = pool(mean, output_size)
+        return Moments(out, pool(var, output_size) / _region_sizes(mean.shape[-nd:], out.shape[-nd:], var))
 
     return rule
 
@@ -249,6 +304,13 @@ def _reduced_mean(x, dim=None, keepdim=False, *, dtype=None):
     return Moments(out, (var.mean(dim, keepdim, dtype=dtype) if dim is not None else var.mean(dtype=dtype)) / n)
 
 
+def _concatenate(tensors, dim=0):
+    r"""``torch.cat``: means and variances concatenated alike (a deterministic tensor has :math:`\sigma^2 = 0`)."""
+    pairs = [_mv(t) for t in tensors]
+    variances = [torch.zeros_like(mean) if var is None else var for mean, var in pairs]
+    return Moments(torch.cat([mean for mean, _ in pairs], dim), torch.cat(variances, dim))
+
+
 def _multi_head_attention(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
                           bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
                           key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False,
@@ -262,9 +324,14 @@ def _multi_head_attention(query, key, value, embed_dim_to_check, num_heads, in_p
     :func:`affine_moments`; the scores :math:`QK^\top/\sqrt{d}` and the output :math:`PV` are
     products of independent factors (:func:`_product`: exact first and second moments given
     independence); the attention weights :math:`P` use the softmax Jacobian rule.
+
+    A ``key_padding_mask`` ``(N, L)`` (True, or :math:`-\infty` in a float mask, at padded keys; a finite
+    float is an additive bias) is added to the mean scores before the softmax and the score variance of a
+    masked key is set to 0: masked keys get attention probability 0 and no variance, exactly as if the
+    padded keys were absent.
     """
     options = {"bias_k/bias_v": bias_k is not None or bias_v is not None, "add_zero_attn": add_zero_attn,
-               "key_padding_mask": key_padding_mask is not None, "attn_mask": attn_mask is not None,
+               "attn_mask": attn_mask is not None,
                "is_causal": is_causal, "separate projection weights": use_separate_proj_weight,
                "static_k/static_v": static_k is not None or static_v is not None,
                "cross-attention (query, key, value differ)": not (query is key is value)}
@@ -277,6 +344,12 @@ def _multi_head_attention(query, key, value, embed_dim_to_check, num_heads, in_p
     (mean_q, mean_k, mean_v), (var_q, var_k, var_v) = (map(heads, t.chunk(3, -1)) for t in (mean, var))
     scale = (embed // num_heads) ** -0.5
     scores = _product(mean_q * scale, var_q * scale**2, mean_k.transpose(1, 2), var_k.transpose(1, 2), torch.bmm)
+    if key_padding_mask is not None:  # (N, L) -> one row of key biases per (batch, head): (N * heads, 1, L)
+        bias = key_padding_mask
+        if bias.dtype == torch.bool:
+            bias = torch.zeros(bias.shape, dtype=scores.loc.dtype, device=bias.device).masked_fill(bias, -math.inf)
+        bias = bias.to(scores.loc.dtype).repeat_interleave(num_heads, 0).unsqueeze(1)
+        scores = Moments(scores.loc + bias, scores.variance.masked_fill(bias == -math.inf, 0.0))
     weights = _softmax(scores, -1)
     out = _product(weights.loc, weights.variance, mean_v, var_v, torch.bmm)
     merge = lambda t: t.transpose(0, 1).reshape(length, batch, embed)
@@ -312,11 +385,24 @@ def _rules() -> dict:
         rules[op] = _identity
     for op in (torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__):
         rules[op] = _add
-    rules.update({F.max_pool1d: _max_pool(1), F.max_pool2d: _max_pool(2), F.max_pool3d: _max_pool(3),
-                  F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
+    for op in (torch.cat, torch.concat, torch.concatenate):
+        rules[op] = _concatenate
+    for nd in (1, 2, 3):
+        max_pool = _co_pool(getattr(F, f"max_pool{nd}d_with_indices"), nd)
+        adaptive_max_pool = _co_pool(getattr(F, f"adaptive_max_pool{nd}d_with_indices"), nd)
+        rules.update({getattr(F, f"max_pool{nd}d"): max_pool, getattr(F, f"max_pool{nd}d_with_indices"): max_pool,
+                      getattr(F, f"adaptive_max_pool{nd}d"): adaptive_max_pool,
+                      getattr(F, f"adaptive_max_pool{nd}d_with_indices"): adaptive_max_pool,
+                      getattr(F, f"adaptive_avg_pool{nd}d"): _adaptive_avg_pool(nd)})
+    in_place = {torch.Tensor.add_: torch.Tensor.add, torch.Tensor.mul_: torch.Tensor.mul,  # also x += y, x *= y
+                torch.relu_: torch.relu, torch.Tensor.relu_: torch.relu}
+    rules.update({op: _in_place(rules[out_of_place]) for op, out_of_place in in_place.items()})
+    rules.update({F.avg_pool1d: _avg_pool(1), F.avg_pool2d: _avg_pool(2), F.avg_pool3d: _avg_pool(3),
                   F.softmax: _softmax, torch.softmax: _softmax, torch.Tensor.softmax: _softmax,
                   F.batch_norm: _batch_norm, F.layer_norm: _layer_norm,
                   F.multi_head_attention_forward: _multi_head_attention})
+    for op in (torch.sum, torch.Tensor.sum):  # a sum of independent units: means add, variances add
+        rules[op] = _both(op)
     return rules
 
 

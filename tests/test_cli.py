@@ -425,7 +425,7 @@ def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
         assert ESTIMATORS == tuple(registry)
     except ImportError:
         pass
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", "400")
     train_help = _help(["train", "--help"], capsys)
     for flag, names in (("--prior", PRIORS), ("--guide", GUIDES), ("--beta", SCHEDULES),
                         ("--estimator", ESTIMATORS)):

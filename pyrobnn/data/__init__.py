@@ -28,9 +28,12 @@ Modules
 * :mod:`~pyrobnn.data.splits` -- :class:`DataSplits`, seeded train/test
   subsets and the validation split (:func:`make_splits`).
 
-Still to come: text datasets (IMDB) go to ``data/text.py`` and corrupted
-images (noise, blur, ... applied to a loaded image set) to
-``data/corruptions.py``; each registers its names in :data:`DATASETS`.
+* :mod:`~pyrobnn.data.augment` -- uint8 image batches to normalised, randomly
+  cropped and flipped float batches on the device (:class:`ImageAugment`).
+* :mod:`~pyrobnn.data.corruptions` -- the CIFAR-10-C corruptions generated in
+  code, and paper 004's blend and salt-and-pepper (applied at evaluation time:
+  :func:`pyrobnn.analysis.shift.evaluate_corruptions`).
+* :mod:`~pyrobnn.data.text` -- IMDB reviews, tokenised (the ``text`` extra).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+import torch
+
+from .augment import NORMALIZATION, ImageAugment
+from .corruptions import CORRUPTIONS, corrupt
 from .formats import read_idx
 from .images import (
     CIFAR10_CLASSES,
@@ -56,13 +63,17 @@ from .toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, tw
 __all__ = [
     "CACHE_ENV",
     "CIFAR10_CLASSES",
+    "CORRUPTIONS",
     "DATASETS",
     "DATA_ENV",
     "FASHION_MNIST_CLASSES",
     "MNIST_CLASSES",
     "DataSplits",
+    "ImageAugment",
     "Loader",
+    "NORMALIZATION",
     "cache_dir",
+    "corrupt",
     "cubic",
     "data_root",
     "decode_image_folder",
@@ -92,6 +103,9 @@ DATASETS: dict[str, Loader] = {
 }
 """Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"``)."""
 
+_TOYS = ("two-moons", "cubic", "sinusoid")
+"""The synthetic datasets (regression or 2-D inputs: no image ``dtype``)."""
+
 _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": "two-moons",
             "moons": "two-moons"}
 """Other spellings accepted, after lower-casing and turning ``_`` into ``-``."""
@@ -99,17 +113,20 @@ _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size: int | None = None,
                  test_size: int | None = None, val_size: int = 0, seed: int = 0,
-                 download: bool = True) -> DataSplits:
+                 download: bool = True, dtype: torch.dtype = torch.float32) -> DataSplits:
     """Load a dataset by name (see :data:`DATASETS`, or ``"folder:<path>"``) as in-memory tensors.
 
     ``train_size`` / ``test_size`` pick a seeded random subset (order kept);
     ``val_size`` examples are then split off the training set. For the
     synthetic datasets ``train_size`` / ``test_size`` set how many points are
-    generated (defaults: see :mod:`~pyrobnn.data.toys`).
+    generated (defaults: see :mod:`~pyrobnn.data.toys`). Image sets take ``dtype=torch.uint8``
+    (the stored bytes, for :class:`~pyrobnn.data.augment.ImageAugment`); the default is float32 in [0, 1].
     """
     if not isinstance(name, str):
         raise ValueError(f"dataset must be a string, one of {list(DATASETS)} or 'folder:<path>'; got {name!r}")
     split = dict(train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
+    if dtype != torch.float32:
+        split["dtype"] = dtype
     if name.startswith("folder:"):
         path = name[len("folder:"):]
         if not path:
@@ -120,4 +137,6 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: dataset must be one of "
                          f"{list(DATASETS)} or 'folder:<path>'")
+    if "dtype" in split and key in _TOYS:
+        raise ValueError(f"dtype applies to image datasets, not to the synthetic {key!r}")
     return DATASETS[key](root, download, **split)

@@ -1,7 +1,9 @@
 """Image classification sets: MNIST, Fashion-MNIST, CIFAR-10 and any ImageFolder tree.
 
 Images come back float32 in ``[0, 1]`` with shape ``(N, C, H, W)`` (converted
-after subsetting), labels int64. Layout expected under the data root
+after subsetting), labels int64; ``dtype=torch.uint8`` keeps the stored bytes 0..255
+instead, with no float copy (for :class:`~pyrobnn.data.augment.ImageAugment`, which
+converts and normalises each batch on the device). Layout expected under the data root
 (:func:`~pyrobnn.data.sources.data_root`):
 
 * ``MNIST/raw/`` and ``FashionMNIST/raw/``: the official IDX files
@@ -41,16 +43,23 @@ CIFAR10_ARCHIVE = "cifar10-jpeg.tar.gz"
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-def _uint8_to_float(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.float32).div_(255.0)
+def _image_converter(dtype: torch.dtype):
+    """uint8 images -> ``dtype``: ``None`` (kept as stored) for ``torch.uint8``, else scaled to [0, 1]."""
+    if dtype == torch.uint8:
+        return None
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be torch.uint8 (raw bytes 0..255) or a floating-point torch.dtype "
+                         f"(images in [0, 1]), got {dtype!r}")
+    return lambda x: x.to(dtype).div_(255.0)
 
 
 def _classification_splits(name: str, x_tr, y_tr, x_te, y_te, classes: tuple[str, ...],
-                           **split) -> DataSplits:
-    """uint8 images and integer labels as :class:`DataSplits` (``split``: sizes and seed of :func:`make_splits`)."""
+                           dtype: torch.dtype = torch.float32, **split) -> DataSplits:
+    """uint8 images and integer labels as :class:`DataSplits` (``split``: sizes and seed of :func:`make_splits`),
+    images converted to ``dtype`` (see :func:`_image_converter`)."""
     return make_splits(x_tr, np.asarray(y_tr, dtype=np.int64), x_te, np.asarray(y_te, dtype=np.int64),
                        name=name, task="classification", num_outputs=len(classes), classes=classes,
-                       to_tensor=_uint8_to_float, **split)
+                       to_tensor=_image_converter(dtype), **split)
 
 
 # --------------------------------------------------------------------------- MNIST, Fashion-MNIST
@@ -77,6 +86,7 @@ def _find_idx_files(raw: Path) -> dict[str, Path] | None:
 
 def _load_mnist_like(name: str, folder: str, classes: tuple[str, ...],
                      root: str | os.PathLike | None, download: bool, **split) -> DataSplits:
+    _image_converter(split.get("dtype", torch.float32))  # a bad dtype fails before any file is read
     base = sources.data_root(root)
     raw = base / folder / "raw"
     files = _find_idx_files(raw)
@@ -97,12 +107,16 @@ def _load_mnist_like(name: str, folder: str, classes: tuple[str, ...],
 
 
 def load_mnist(root: str | os.PathLike | None = None, download: bool = True, **split) -> DataSplits:
-    """MNIST handwritten digits (LeCun et al., 1998): 60000 train / 10000 test, 1x28x28."""
+    """MNIST handwritten digits (LeCun et al., 1998): 60000 train / 10000 test, 1x28x28.
+
+    ``split``: ``train_size``, ``test_size``, ``val_size``, ``seed`` (:func:`make_splits`) and ``dtype``
+    (``torch.float32`` in [0, 1] by default, ``torch.uint8`` for the raw bytes)."""
     return _load_mnist_like("mnist", "MNIST", MNIST_CLASSES, root, download, **split)
 
 
 def load_fashion_mnist(root: str | os.PathLike | None = None, download: bool = True, **split) -> DataSplits:
-    """Fashion-MNIST clothing images (Xiao et al., 2017): 60000 train / 10000 test, 1x28x28."""
+    """Fashion-MNIST clothing images (Xiao et al., 2017): 60000 train / 10000 test, 1x28x28
+    (``split`` as for :func:`load_mnist`, ``dtype`` included)."""
     return _load_mnist_like("fashion-mnist", "FashionMNIST", FASHION_MNIST_CLASSES, root, download, **split)
 
 
@@ -177,8 +191,10 @@ def _layout_root(path: Path) -> Path | None:
 
 def load_folder(path: str | os.PathLike, **split) -> DataSplits:
     """Any ImageFolder tree ``path/train/<class>/<image>``, ``path/test/<class>/<image>``
-    (or one sub-directory holding them); the dataset is named ``folder:<path>``."""
+    (or one sub-directory holding them); the dataset is named ``folder:<path>``
+    (``split`` as for :func:`load_mnist`, ``dtype`` included)."""
     name = f"folder:{path}"
+    _image_converter(split.get("dtype", torch.float32))
     path = Path(path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"folder dataset {path} does not exist (expected an ImageFolder "
@@ -254,6 +270,8 @@ def load_cifar10(root: str | os.PathLike | None = None, download: bool = True, *
     """CIFAR-10 (Krizhevsky, 2009): 50000 train / 10000 test colour images, 3x32x32, 10 classes.
 
     torchvision's lossless ``cifar-10-batches-py/`` is preferred over the JPEG tarball.
+    ``split`` as for :func:`load_mnist`: ``dtype=torch.uint8`` gives the bytes without a float copy.
     """
+    _image_converter(split.get("dtype", torch.float32))
     x_tr, y_tr, x_te, y_te, classes = _load_cifar10_arrays(root, download)
     return _classification_splits("cifar10", x_tr, y_tr, x_te, y_te, classes, **split)
