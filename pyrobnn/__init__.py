@@ -5,6 +5,7 @@ from .elbo import MeanFieldELBO
 from .guides import (
     AdditiveDropoutGuide,
     DropoutGuide,
+    MixtureNodeGuide,
     MultiplicativeDropoutGuide,
     NormalGuide,
     PointGuide,
@@ -13,7 +14,7 @@ from .guides import (
 from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
 from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
 from .model import BayesianNetwork
-from .priors import GaussianPrior, LogUniformPrior, Prior, ScaleMixturePrior
+from .priors import GaussianPrior, LogUniformPrior, NodePrior, Prior, ScaleMixturePrior
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,8 @@ __all__ = [
     "AdditiveDropoutGuide",
     "BayesianNetwork",
     "DropoutGuide",
+    "MixtureNodeGuide",
+    "NodePrior",
     "PointGuide",
     "LogUniformPrior",
     "MultiplicativeDropoutGuide",

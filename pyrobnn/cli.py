@@ -28,6 +28,7 @@ plane) or ``predictive.png`` (regression: predictive mean, 95 % bands, training 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import re
@@ -47,10 +48,13 @@ from . import __version__
 from .analysis import prune as pruning
 from .analysis.metrics import classification_metrics, reliability_diagram
 from .analysis.prune import METHODS, apply_masks, principled_masks, record_sparsity, sparsity
+from .analysis.shift import evaluate_corruptions, plot_metric_vs_severity
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checks import positive_int
 from .config import MCMC_MAX_WEIGHTS, RESUMABLE, MCMCConfig, RunConfig, beta_schedule, build, build_network
 from .data import load_dataset
+from .data.augment import NORMALIZATION, ImageAugment
+from .data.corruptions import CIFAR10_C, CORRUPTIONS
 from .device import resolve_device
 from .files import atomic_write, check_writable, write_json
 from .mcmc import MCMCResult, sample_posterior
@@ -72,7 +76,8 @@ def _say(text: str) -> None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())
+    """The message on one line, without colour codes or the shapes table Pyro appends to errors raised at a site."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text).split("Trace Shapes:")[0]).split())
 
 
 def _error(message: str) -> None:
@@ -151,10 +156,31 @@ def _seed(cfg) -> int:
     return cfg.output.seed if isinstance(cfg, MCMCConfig) else cfg.optim.seed
 
 
-def _load_data(cfg):
+def _augmentation(cfg, data) -> Optional[ImageAugment]:
+    """The per-batch transform of ``--augment`` (None without it): crop and flip for CIFAR-10, normalisation."""
+    if not cfg.data.augment:
+        return None
+    if len(data.input_shape) != 3:
+        raise ValueError(f"--augment applies to image datasets; {cfg.data.dataset} has inputs of shape "
+                         f"{data.input_shape}")
+    if data.name not in NORMALIZATION:
+        raise ValueError(f"--augment knows the channel statistics of {list(NORMALIZATION)}, not of {data.name!r}")
+    cifar = data.name == "cifar10"
+    return ImageAugment.for_dataset(data.name, crop_padding=4 if cifar else 0, flip=cifar)
 
-    return load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
-                        test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=_seed(cfg))
+
+def _load_data(cfg):
+    """The run's dataset; with ``--augment`` the training images stay uint8 (turned into normalised, augmented
+    batches by :func:`_augmentation`) and the validation and test images are normalised."""
+    augment = cfg.data.augment
+    data = load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
+                        test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=_seed(cfg),
+                        dtype=torch.uint8 if augment else torch.float32)
+    aug = _augmentation(cfg, data)
+    if aug is None:
+        return data
+    normal = {k: None if v is None else aug.normalize(v) for k, v in (("x_val", data.x_val), ("x_test", data.x_test))}
+    return dataclasses.replace(data, **normal)
 
 
 def _test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
@@ -267,7 +293,8 @@ def train(cfg: RunConfig) -> dict[str, float]:
         optimizer=opt.optimizer, weight_decay=opt.weight_decay, lr_step=opt.lr_step, lr_gamma=opt.lr_gamma,
         beta=schedule, num_particles=opt.num_particles, estimator=opt.estimator, val=val, seed=opt.seed,
         device=device, checkpoint=checkpoint, resume=cfg.output.resume, config=cfg.to_dict(),
-        progress=cfg.output.progress, on_epoch_end=callbacks,
+        progress=cfg.output.progress, on_epoch_end=callbacks, transform=_augmentation(cfg, data),
+        precision=opt.precision,
     )
     classification = data.task == "classification"
     metrics = _test_report(model, guide, data, cfg.output.num_samples, opt.seed,
@@ -301,6 +328,13 @@ class Evaluate:
     """Also draw the reliability diagram into this PNG file."""
     device: Annotated[str, arg(metavar="{auto,cpu,cuda,cuda:N}")] = "auto"
     """Where to evaluate (auto: cuda when available)."""
+    corruptions: Annotated[tuple[int, ...], arg(metavar="SEVERITY")] = ()
+    """Also evaluate the test images corrupted at these severities (1-5), e.g. 3 or 1 2 3 4 5 (image datasets)."""
+    corruption_types: Annotated[tuple[Literal[tuple(CORRUPTIONS)], ...],
+                                arg(help_behavior_hint="(default: the 14 CIFAR-10-C types generated in code)")] = CIFAR10_C
+    """Corruptions to apply."""
+    corruption_plot: Annotated[Optional[Path], arg(metavar="FILE.png", help_behavior_hint="(default: none)")] = None
+    """With --corruptions: also plot accuracy against severity into this PNG file."""
 
 
 def _posterior_draws(path: Path, state: dict, model):
@@ -356,12 +390,20 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     positive_int("--num-samples", args.num_samples)
     if args.test_size is not None:
         positive_int("--test-size", args.test_size)
-    for flag, path in (("--json", args.json), ("--reliability", args.reliability)):
+    for severity in args.corruptions:
+        if severity not in range(1, 6):
+            raise ValueError(f"--corruptions takes severities 1 to 5, got {severity}")
+    if args.corruption_plot is not None and not args.corruptions:
+        raise ValueError("--corruption-plot needs --corruptions SEVERITY ...")
+    for flag, path in (("--json", args.json), ("--reliability", args.reliability),
+                       ("--corruption-plot", args.corruption_plot)):
         if path is not None:
             check_writable(path, flag)
     state, cfg, data, model, guide = _restore(args.checkpoint, args.data_root, args.device, args.test_size)
     if args.reliability is not None and data.task != "classification":
         raise ValueError(f"--reliability needs a classification dataset; {cfg.data.dataset} is {data.task}")
+    if args.corruptions and (data.task != "classification" or len(data.input_shape) != 3):
+        raise ValueError(f"--corruptions needs an image classification dataset; {cfg.data.dataset} is not one")
     if _is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` reported it
         num_samples, moments, row = len(guide), False, "nuts"
         title = f"{args.checkpoint} (NUTS, {_draws_shape(state['draws'])})"
@@ -369,10 +411,21 @@ def evaluate(args: Evaluate) -> dict[str, float]:
         num_samples, moments, row = args.num_samples, cfg.optim.estimator == "vdp", cfg.guide.name
         title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
     metrics = _test_report(model, guide, data, num_samples, args.seed, args.reliability, moments=moments)
-    console.print(metrics_table(title, {row: metrics}))
+    rows, shifted = {row: metrics}, None
+    if args.corruptions:
+        aug = _augmentation(cfg, data)
+        images = data.x_test if aug is None else aug.denormalize(data.x_test)
+        pyro.set_rng_seed(args.seed)
+        shifted = evaluate_corruptions(model, guide, images, data.y_test, corruptions=args.corruption_types,
+                                       severities=args.corruptions, num_samples=num_samples,
+                                       transform=None if aug is None else aug.normalize, seed=args.seed)
+        rows[f"{row}, corrupted"] = shifted["mean"]
+        if args.corruption_plot is not None:
+            plot_metric_vs_severity({row: shifted}, args.corruption_plot, title=f"{args.checkpoint}")
+    console.print(metrics_table(title, rows))
     if args.json is not None:
         write_json(args.json, {"test": metrics, "checkpoint": str(args.checkpoint), "num_samples": num_samples,
-                               "seed": args.seed})
+                               "seed": args.seed, **({"corrupted": shifted} if shifted is not None else {})})
     return metrics
 
 

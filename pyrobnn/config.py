@@ -34,6 +34,7 @@ from tyro.conf import OmitArgPrefixes, Suppress, arg
 from .checks import in_range, nonnegative, nonnegative_int, positive_int
 from .conversion import last_layer
 from .data import _ALIASES, DATASETS
+from .distributions import MIXTURE_KLS
 from .guides import GUIDES
 from .guides.base import SHARING
 from .guides.normal import PARAMETERIZATIONS
@@ -42,9 +43,9 @@ from .likelihoods import LIKELIHOODS, Categorical, Gaussian, HeteroscedasticGaus
 from .mcmc import MAX_FULL_BATCH, check_prior, sample_posterior
 from .model import BayesianNetwork
 from .models import MODELS, build_model
-from .priors import PRIORS, ScaleMixturePrior
+from .priors import PRIORS, NodePrior, ScaleMixturePrior
 from .schedules import SCHEDULES
-from .train import fit
+from .train import PRECISIONS, fit
 
 __all__ = [
     "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
@@ -117,6 +118,8 @@ class DataOptions:
     """Test on a seeded random subset of this many examples."""
     val_size: int = 0
     """Hold out this many training examples and evaluate them after each epoch (0: none)."""
+    augment: bool = False
+    """Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, randomly cropped (padding 4) and flipped on the device; test images are normalised alike."""
 
 
 @dataclass
@@ -141,8 +144,12 @@ class PriorOptions:
 
     name: Annotated[PriorName, arg(name="prior", prefix_name=False)] = "gaussian"
     """gaussian N(0, scale^2), the scale mixture of Blundell et al. (2015), or the log-uniform prior of variational dropout (Kingma et al. 2015)."""
-    scale: float = _default(PRIORS["gaussian"], "scale")
-    """gaussian: standard deviation."""
+    scale: Annotated[Optional[float], arg(help_behavior_hint="(default: 1 for gaussian, 0.3 for node)")] = None
+    """gaussian: standard deviation; node: s of the node-wise N(1, s^2)."""
+    mode: _choices(NodePrior.MODES) = _default(NodePrior, "mode")
+    """node: the latents multiply each layer's inputs (Trinh et al. 2020) or its outputs (Trinh et al. 2022)."""
+    bias: bool = _default(NodePrior, "bias")
+    """node: also a latent on each layer's bias (mode in)."""
     pi: float = _default(ScaleMixturePrior, "pi")
     """scale-mixture: weight of the wide component, in (0, 1)."""
     sigma1: float = _default(ScaleMixturePrior, "sigma1")
@@ -168,7 +175,15 @@ class GuideOptions:
     init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
     """multiplicative: initial log alpha."""
     rate: float = _default(GUIDES["dropout"], "rate")
-    """dropout: probability of dropping each input unit (channel) of every Bayesian layer."""
+    """dropout: probability of dropping each input unit (channel) of every Bayesian layer (train with --estimator local: one mask per example)."""
+    components: int = _default(GUIDES["mixture-node"], "num_components")
+    """mixture-node: K, the mixture components (train with --estimator local, batches a multiple of K; --num-samples a multiple of K)."""
+    init_scale: float = _default(GUIDES["mixture-node"], "init_scale")
+    """mixture-node: spread of the initial component means around 1."""
+    kl: _choices(MIXTURE_KLS) = _cli(_default(GUIDES["mixture-node"], "kl"))
+    """mixture-node: KL of the mixture-mean Gaussian (Trinh et al. 2020) or the pairwise-Bhattacharyya upper bound."""
+    entropy_weight: float = _default(GUIDES["mixture-node"], "entropy_weight")
+    """mixture-node: gamma, the entropy bonus of the gamma-ELBO (Trinh et al. 2022)."""
 
 
 @dataclass
@@ -223,6 +238,8 @@ class OptimOptions:
     """Learning-rate decay factor."""
     num_particles: Annotated[int, _flat()] = _default(fit, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
+    precision: Annotated[_choices(PRECISIONS), _flat()] = _default(fit, "precision")
+    """Arithmetic of the network: fp32, or bf16 autocast (the KL and log-likelihood stay in fp32)."""
     estimator: Annotated[EstimatorName, _flat()] = _default(fit, "estimator")
     """sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment propagation, deterministic (Dera et al. 2019)."""
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
@@ -348,6 +365,7 @@ class ToyDataOptions(DataOptions):
     test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
     """Generate this many test points."""
     val_size: Suppress[int] = 0  # NUTS samples on every training point
+    augment: Suppress[bool] = False  # toy problems are not images
 
 
 @dataclass
@@ -525,7 +543,8 @@ def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Op
             continue
         value = getattr(options, f.name)
         if f.name in taken:
-            kwargs[taken[f.name]] = _api(value)
+            if value is not None:  # None: the constructor's own default
+                kwargs[taken[f.name]] = _api(value)
         elif value != f.default:
             ignored.append(_flag(kind, f.name, True))
     if ignored:

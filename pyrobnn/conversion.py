@@ -8,6 +8,10 @@ The parameter's current value is kept as a non-persistent buffer
 prior (so the prior follows ``.to(device)``) and initialises guide means from
 pretrained weights. Unselected parameters stay ordinary ``nn.Parameter`` s
 (point estimates trained by the optimiser).
+
+A :class:`~pyrobnn.priors.NodePrior` makes no weight Bayesian: each selected Linear/Conv layer gets
+node latents instead (:mod:`pyrobnn.nodes`), sites of the same kind (a ``PyroSample`` attribute and its
+``<name>_init`` reference, the prior mean), so :func:`bayesian_sites` lists them too.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from pyro.nn.module import to_pyro_module_
 from torch import nn
 
 from ._compat import BatchNormBase, pyro_name, pyro_samples
-from .priors import GaussianPrior, Prior
+from .nodes import NODE_LAYERS, node_latents, register_node_hooks
+from .priors import GaussianPrior, NodePrior, Prior
 
 __all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LAYERS"]
 
@@ -99,6 +104,24 @@ def _as_list(selectors: Selector | Iterable[Selector] | None) -> list[Selector]:
     return list(selectors)
 
 
+def _selected(net: nn.Module, include: list[Selector], exclude: list[Selector]) -> list[tuple[str, str]]:
+    """``(module name, attribute)`` of every parameter that ``include`` selects and ``exclude`` does not."""
+    selected = []
+    for module_name, module in net.named_modules():
+        for attr, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{attr}" if module_name else attr
+            chosen = not include or any(_matches(s, full, module) for s in include)
+            if chosen and not any(_matches(s, full, module) for s in exclude):
+                selected.append((module_name, attr))
+    return selected
+
+
+def _add_site(module: nn.Module, attr: str, reference: torch.Tensor, prior: Prior) -> None:
+    """Make ``module.<attr>`` a prior sample site shaped like ``reference`` (kept as the buffer ``<attr>_init``)."""
+    module.register_buffer(attr + _INIT_SUFFIX, reference, persistent=False)
+    setattr(module, attr, PyroSample(_PriorSite(attr, prior)))
+
+
 def bayesian(
     net: nn.Module,
     prior: Prior | None = None,
@@ -109,7 +132,9 @@ def bayesian(
     """Make the parameters of ``net`` Bayesian, in place, and return it as a ``PyroModule``.
 
     :param net: any ``nn.Module`` (your own or a torchvision model), possibly pretrained.
-    :param prior: the weight prior (default ``GaussianPrior(0, 1)``).
+    :param prior: the weight prior (default ``GaussianPrior(0, 1)``), or a :class:`~pyrobnn.priors.NodePrior`:
+        node latents on the selected Linear/Conv layers (a layer is selected when one of its parameters is),
+        whose weights stay deterministic.
     :param include: which parameters become Bayesian: glob patterns over the full
         parameter names (``"fc2.*"``, ``"*.weight"``) and/or module types
         (``nn.Linear``). ``None`` selects every parameter.
@@ -122,27 +147,35 @@ def bayesian(
     prior = GaussianPrior() if prior is None else prior
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a pyrobnn Prior (e.g. GaussianPrior()), got {prior!r}")
-    include_l, exclude_l = _as_list(include), _as_list(exclude)
-    selected = []
-    for module_name, module in net.named_modules():
-        for attr, param in module.named_parameters(recurse=False):
-            full = f"{module_name}.{attr}" if module_name else attr
-            chosen = not include_l or any(_matches(s, full, module) for s in include_l)
-            if chosen and not any(_matches(s, full, module) for s in exclude_l):
-                selected.append((module_name, attr))
+    selected = _selected(net, _as_list(include), _as_list(exclude))
     if not selected:
         raise ValueError(
             "include/exclude selected no parameter of the network: check the patterns against "
             f"its parameter names, e.g. {[n for n, _ in net.named_parameters()][:5]}"
         )
+    if isinstance(prior, NodePrior):
+        modules = dict(net.named_modules())
+        layers = [name for name in dict.fromkeys(name for name, _ in selected) if isinstance(modules[name], NODE_LAYERS)]
+        if not layers:
+            raise ValueError(
+                f"NodePrior puts node latents on {', '.join(t.__name__ for t in NODE_LAYERS)} layers, but the selected "
+                f"parameters {[f'{m}.{a}' if m else a for m, a in selected][:5]} belong to none: select a Linear or "
+                "Conv layer with include="
+            )
+        to_pyro_module_(net)
+        for name in layers:
+            layer = modules[name]
+            for attr, reference in node_latents(layer, prior).items():
+                _add_site(layer, attr, reference, prior)
+            register_node_hooks(layer, prior)
+        return net
     to_pyro_module_(net)
     modules = dict(net.named_modules())
     for module_name, attr in selected:
         module = modules[module_name]
         value = getattr(module, attr).detach().clone()
         delattr(module, attr)
-        module.register_buffer(attr + _INIT_SUFFIX, value, persistent=False)
-        setattr(module, attr, PyroSample(_PriorSite(attr, prior)))
+        _add_site(module, attr, value, prior)
     return net
 
 

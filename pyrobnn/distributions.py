@@ -25,6 +25,10 @@ Each prior is one event over a whole parameter tensor (event shape = the paramet
   estimates whose inputs are dropped at random. Against a Gaussian prior its KL, up to a constant that
   does not depend on the parameters, is the cross-entropy :math:`-\mathbb E_q\log p(W)`: the weight decay
   of dropout training.
+- :class:`EqualMixtureNormal`: the K-component mixture posterior of the node latents of an implicit BNN
+  (Trinh, Kaski & Heinonen 2020). Against a Gaussian prior it offers the paper's mixture-mean KL and an
+  upper bound from a pairwise-Bhattacharyya entropy bound (Kolchinsky & Tracey 2017), with the entropy
+  bonus of the γ-ELBO.
 
 The closed forms and approximations are registered with :func:`torch.distributions.register_kl`,
 so :func:`~torch.distributions.kl_divergence`, and with it the annealed ELBO, uses them; any other
@@ -46,6 +50,7 @@ from .checks import choice
 __all__ = [
     "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
     "KINGMA_CONSTANTS", "MOLCHANOV_CONSTANTS", "KL_APPROXIMATIONS", "DropoutWeight",
+    "EqualMixtureNormal", "MIXTURE_KLS", "mixture_mean_kl", "mixture_entropy_lower_bound", "mixture_kl_upper_bound",
 ]
 
 
@@ -367,3 +372,191 @@ def _kl_dropout_weight_gaussian(q, p):
     centred = q.loc - p.loc if p.loc else q.loc
     second_moment = centred.square().sum() + (q.variance.sum() if q.dropped else 0.0)
     return second_moment * (0.5 / p.scale**2) + q.loc.numel() * (math.log(p.scale) + 0.5 * math.log(2 * math.pi))
+
+
+# -- the mixture node posterior of implicit BNNs ---------------------------------------------
+
+MIXTURE_KLS = ("mixture_mean", "entropy_bound")
+"""The KL terms an :class:`EqualMixtureNormal` posterior offers against a Gaussian prior."""
+
+
+class EqualMixtureNormal(TorchDistribution):
+    r"""Equal-weight mixture of K diagonal Normals over one tensor (event shape = ``locs.shape[1:]``):
+
+    .. math:: q(z) = \frac1K \sum_{k=1}^K \mathcal N(z; \mu_k, \operatorname{diag}\sigma_k^2),
+
+    the variational posterior of the node latents of an implicit BNN (Trinh, Kaski & Heinonen 2020,
+    eq. 19). ``rsample`` picks a component uniformly and returns :math:`\mu_k + \sigma_k\epsilon`: the
+    mixture weights are fixed, so this pathwise sample is a valid reparameterization (the discrete
+    choice does not depend on any parameter). ``log_prob`` is
+    :math:`\operatorname{logsumexp}_k \log\mathcal N(z; \mu_k, \sigma_k^2) - \log K`.
+
+    It has no closed-form KL to a Gaussian prior; ``kl`` chooses what
+    ``kl_divergence(q, p)`` returns for :math:`p = \mathcal N(m, s^2)` (:func:`mixture_mean_kl`, the
+    paper's, or :func:`mixture_kl_upper_bound`), minus ``entropy_weight`` :math:`\gamma` times the
+    entropy lower bound :func:`mixture_entropy_lower_bound`: the entropy bonus of the γ-ELBO
+    :math:`\mathbb E_q\log p(y|z) - \mathrm{KL}(q\|p) + \gamma H(q)` (Trinh, Heinonen, Acerbi & Kaski
+    2022, "Tackling covariate shift with node-based Bayesian neural networks"). So the term the ELBO
+    subtracts is the chosen KL minus :math:`\gamma \hat H(q)`.
+
+    :param locs: component means :math:`\mu`, shape ``(K,) + event_shape``.
+    :param scales: component standard deviations :math:`\sigma > 0`, same shape.
+    :param kl: ``"mixture_mean"`` or ``"entropy_bound"`` (see :data:`MIXTURE_KLS`).
+    :param entropy_weight: :math:`\gamma \ge 0`.
+    """
+
+    arg_constraints = {}
+    has_rsample = True
+
+    def __init__(self, locs: torch.Tensor, scales: torch.Tensor, kl: str = "mixture_mean",
+                 entropy_weight: float = 0.0, validate_args=None):
+        if locs.dim() < 1 or locs.shape != scales.shape:
+            raise ValueError(f"locs and scales must have the same shape (K, ...), got {tuple(locs.shape)} and "
+                             f"{tuple(scales.shape)}")
+        choice("kl (the KL term of the mixture posterior)", kl, MIXTURE_KLS)
+        if not entropy_weight >= 0:
+            raise ValueError(f"entropy_weight (gamma of the entropy bonus) must be >= 0, got {entropy_weight!r}")
+        self.locs, self.scales, self.kl, self.entropy_weight = locs, scales, kl, float(entropy_weight)
+        super().__init__(torch.Size(), locs.shape[1:], validate_args=validate_args)
+
+    @property
+    def num_components(self) -> int:
+        return self.locs.shape[0]
+
+    @property
+    def support(self):
+        return constraints.independent(constraints.real, len(self.event_shape))
+
+    @property
+    def mean(self):
+        return self.locs.mean(0)
+
+    @property
+    def variance(self):
+        r""":math:`\frac1K\sum_k \sigma_k^2 + \frac1K\sum_k(\mu_k - \bar\mu)^2` (law of total variance)."""
+        return self.scales.square().mean(0) + (self.locs - self.locs.mean(0)).square().mean(0)
+
+    def expand(self, batch_shape, _instance=None):
+        if torch.Size(batch_shape) != self.batch_shape:
+            raise ValueError("EqualMixtureNormal is one event per tensor and cannot be batched (no vectorized "
+                             "plates: use pyrobnn.predict or an estimator handler's num_particles for draws in one pass)")
+        return self
+
+    def component_draws(self, components: torch.Tensor) -> torch.Tensor:
+        r"""One draw :math:`\mu_k + \sigma_k\epsilon` per entry of the index tensor ``components``, shape
+        ``components.shape + event_shape`` (differentiable in the means and scales)."""
+        noise = torch.randn(components.shape + self.event_shape, dtype=self.locs.dtype, device=self.locs.device)
+        return torch.addcmul(self.locs[components], self.scales[components], noise)
+
+    def rsample(self, sample_shape=torch.Size()):
+        components = torch.randint(self.num_components, torch.Size(sample_shape), device=self.locs.device)
+        return self.component_draws(components)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        event_dims = len(self.event_shape)
+        value = value.unsqueeze(-event_dims - 1)  # (..., 1, *event) against (K, *event)
+        log_components = sum_rightmost(Normal(self.locs, self.scales).log_prob(value), event_dims)
+        return log_components.logsumexp(-1) - math.log(self.num_components)
+
+
+def _gaussian_moments(p, event_shape: torch.Size):
+    """``(loc, scale)`` of a Gaussian prior over a tensor of ``event_shape`` (``IsotropicNormal``, or a
+    ``Normal`` made one event by ``to_event``); NotImplementedError for any other prior."""
+    if p.event_shape != event_shape or p.batch_shape:
+        raise NotImplementedError
+    if isinstance(p, IsotropicNormal):
+        return p.loc, p.scale
+    base = p.base_dist if isinstance(p, Independent) else p
+    if not isinstance(base, Normal):
+        raise NotImplementedError
+    return base.loc, base.scale
+
+
+def _normal_kl(loc, scale, prior_loc, prior_scale) -> torch.Tensor:
+    r"""Elementwise :math:`\log(s/\sigma) + (\sigma^2 + (\mu - m)^2)/(2 s^2) - 1/2` (``loc``, ``scale`` of one shape)."""
+    prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device)
+    return (prior_scale / scale).log() + (scale.square() + (loc - prior_loc).square()) / (2 * prior_scale.square()) - 0.5
+
+
+def mixture_mean_kl(q: EqualMixtureNormal, prior_loc, prior_scale) -> torch.Tensor:
+    r"""The KL of Trinh, Kaski & Heinonen (2020, eq. 22-24): of the mixture-mean Gaussian
+    :math:`\hat q = \mathcal N(\hat\mu, \hat\sigma^2)`, :math:`\hat\mu = \frac1K\sum_k\mu_k`,
+    :math:`\hat\sigma^2 = \frac1{K^2}\sum_k\sigma_k^2`, to the prior :math:`\mathcal N(m, s^2)`.
+
+    :math:`\hat q` is the distribution of :math:`\frac1K\sum_k z_k` with one independent draw
+    :math:`z_k` per component, not of a draw of :math:`q`: this is not the KL of the mixture and bounds
+    it in neither direction (identical components give :math:`\hat\sigma^2 = \sigma^2/K` and so a larger
+    value than the mixture's true KL; components spread around the prior mean a smaller one). It pulls
+    the components' average towards the prior mean and lets the components themselves spread.
+    """
+    loc = q.locs.mean(0)
+    scale = q.scales.square().sum(0).sqrt() / q.num_components
+    return _normal_kl(loc, scale, prior_loc, prior_scale).sum()
+
+
+def _log_mean_affinity(q: EqualMixtureNormal) -> torch.Tensor:
+    r""":math:`\frac1K\sum_i \log\frac1K\sum_j e^{-D_B(q_i, q_j)}` over the components' pairwise Bhattacharyya
+    distances; for diagonal Gaussians, with :math:`\bar\sigma^2 = (\sigma_i^2 + \sigma_j^2)/2`,
+
+    .. math:: D_B(q_i, q_j) = \sum_d \frac{(\mu_{id} - \mu_{jd})^2}{8\bar\sigma_d^2}
+              + \frac12\log\frac{\bar\sigma_d^2}{\sigma_{id}\sigma_{jd}}.
+
+    It lies in :math:`[-\log K, 0]` (:math:`D_B(q_i, q_i) = 0`). Cost: :math:`K^2` distances.
+    """
+    locs, variances = q.locs.flatten(1), q.scales.flatten(1).square()  # (K, D)
+    pair_variances = 0.5 * (variances.unsqueeze(1) + variances.unsqueeze(0))  # (K, K, D)
+    log_variances = variances.log()
+    distance = ((locs.unsqueeze(1) - locs.unsqueeze(0)).square() / (8 * pair_variances)
+                + 0.5 * pair_variances.log() - 0.25 * (log_variances.unsqueeze(1) + log_variances.unsqueeze(0))).sum(-1)
+    return ((-distance).logsumexp(1) - math.log(q.num_components)).mean()
+
+
+def mixture_entropy_lower_bound(q: EqualMixtureNormal) -> torch.Tensor:
+    r"""Lower bound on the entropy of the mixture from pairwise Bhattacharyya distances :math:`D_B`
+    (Kolchinsky & Tracey 2017, "Estimating mixture entropy with pairwise distances", Entropy 19(7):361,
+    Thm. 3 with the Chernoff α-divergence at α = 1/2; :func:`_log_mean_affinity`):
+
+    .. math:: H(q) \ge \hat H(q) = \frac1K\sum_k H(q_k) - \frac1K\sum_i \log\frac1K\sum_j e^{-D_B(q_i, q_j)}.
+
+    :math:`\hat H` lies between :math:`\frac1K\sum_k H(q_k)` (all components equal) and that plus
+    :math:`\log K` (components far apart), as :math:`H(q)` does.
+    """
+    component_entropy = (q.scales.log().flatten(1).sum(-1)
+                         + 0.5 * q.event_shape.numel() * (1 + math.log(2 * math.pi))).mean()
+    return component_entropy - _log_mean_affinity(q)
+
+
+def mixture_kl_upper_bound(q: EqualMixtureNormal, prior_loc, prior_scale) -> torch.Tensor:
+    r"""Upper bound on :math:`\mathrm{KL}(q\|p)` of the mixture to the Gaussian prior :math:`p`, from
+    :func:`mixture_entropy_lower_bound` (the bound the ICML 2022 node-BNN code offers as ``upper_bound``).
+    The cross-entropy of the mixture is exact, :math:`-\mathbb E_q\log p = \frac1K\sum_k(\mathrm{KL}(q_k\|p)
+    + H(q_k))` (one Gaussian cross-entropy per component), so
+
+    .. math:: \mathrm{KL}(q\|p) = -\mathbb E_q\log p - H(q) \le -\mathbb E_q\log p - \hat H(q)
+              = \frac1K\sum_k \mathrm{KL}(q_k\|p) + \frac1K\sum_i\log\frac1K\sum_j e^{-D_B(q_i, q_j)}.
+
+    The second term lies in :math:`[-\log K, 0]`: the bound is the components' mean KL, less up to
+    :math:`\log K` as they separate.
+    """
+    component_kl = _normal_kl(q.locs, q.scales, prior_loc, prior_scale).flatten(1).sum(-1).mean()
+    return component_kl + _log_mean_affinity(q)
+
+
+_MIXTURE_KL_FUNCTIONS = {"mixture_mean": mixture_mean_kl, "entropy_bound": mixture_kl_upper_bound}
+
+
+@register_kl(EqualMixtureNormal, IsotropicNormal)
+@register_kl(EqualMixtureNormal, Independent)
+@register_kl(EqualMixtureNormal, Normal)
+def _kl_equal_mixture_gaussian(q, p):
+    prior_loc, prior_scale = _gaussian_moments(p, q.event_shape)
+    kl = _MIXTURE_KL_FUNCTIONS[q.kl](q, prior_loc, prior_scale)
+    if q.entropy_weight:
+        kl = kl - q.entropy_weight * mixture_entropy_lower_bound(q)
+    return kl

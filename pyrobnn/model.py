@@ -28,7 +28,9 @@ class BayesianNetwork(PyroModule):
 
     :param net: the network (converted in place by :func:`pyrobnn.conversion.bayesian`).
     :param likelihood: observation model; default :class:`~pyrobnn.likelihoods.Categorical`.
-    :param prior: weight prior; default ``GaussianPrior(0, 1)``.
+    :param prior: weight prior; default ``GaussianPrior(0, 1)``. A :class:`~pyrobnn.priors.NodePrior` instead
+        makes an implicit BNN: node latents (sites ``<layer>.nodes``) on the selected Linear/Conv layers,
+        whose weights stay point estimates (:mod:`pyrobnn.nodes`).
     :param num_data: training-set size N (scales the likelihood of a minibatch).
     :param include, exclude: which parameters are Bayesian (see :func:`pyrobnn.conversion.bayesian`).
     :param deterministic: keep every parameter a point estimate (the maximum-likelihood

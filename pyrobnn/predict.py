@@ -107,9 +107,15 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
 
 
 def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):
+    # a K-component mixture guide (MixtureNodeGuide) gives particle s of example b component (b + s) mod K:
+    # every example sees each component equally often when each pass draws a multiple of K
+    k = getattr(guide, "num_components", 1)
+    if num_samples % k:
+        raise ValueError(f"num_samples ({num_samples}) must be a multiple of the guide's {k} mixture components, "
+                         f"e.g. {num_samples - num_samples % k or k} or {num_samples - num_samples % k + k}")
     chunks = []
     for chunk in x.split(batch_size):
-        per_pass = max(1, min(num_samples, max_rows // len(chunk)))
+        per_pass = max(k, min(num_samples, max_rows // len(chunk)) // k * k)
         draws = []
         for start in range(0, num_samples, per_pass):
             particles = min(per_pass, num_samples - start)

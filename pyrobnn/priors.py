@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import pyro.distributions as dist
 import torch
 
-from .checks import finite, in_range, positive
+from .checks import choice, finite, in_range, positive
 from .distributions import IsotropicNormal, LogUniform, ScaleMixtureNormal
 
-__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "LogUniformPrior", "PRIORS"]
+__all__ = ["Prior", "GaussianPrior", "ScaleMixturePrior", "LogUniformPrior", "NodePrior", "PRIORS"]
 
 
 class Prior:
@@ -97,5 +97,41 @@ class LogUniformPrior(Prior):
         return LogUniform(reference.shape)
 
 
-PRIORS = {"gaussian": GaussianPrior, "scale-mixture": ScaleMixturePrior, "log-uniform": LogUniformPrior}
+@dataclass(frozen=True)
+class NodePrior(Prior):
+    r"""Node-wise multiplicative prior :math:`z_l \sim \mathcal N(1, \operatorname{diag} s^2)` of implicit BNNs
+    (Trinh, Kaski & Heinonen 2020, eq. 1 and 21): given to :class:`~pyrobnn.BayesianNetwork`, it puts a latent
+    vector :math:`z` on every selected ``nn.Linear`` / ``nn.ConvNd`` layer instead of priors on its weights,
+    which stay point estimates (see :mod:`pyrobnn.nodes`):
+
+    - ``mode="in"``: :math:`f(x) = U(z \circ x) + b`, one :math:`z` per input feature / input channel (the paper);
+    - ``mode="out"``: :math:`f(x) = z \circ (Ux + b)`, one per output unit / channel (Trinh, Heinonen, Acerbi
+      & Kaski 2022, the node-BNN of "Tackling covariate shift");
+    - ``bias=True`` (mode ``"in"`` only) adds a latent on the bias, :math:`U(z \circ x) + b \circ z_b`, as the
+      authors' code.
+
+    One scale :math:`s` for all layers (0.3 for VGG-16, 0.1 for WideResNet-28-10 in the paper).
+    """
+
+    scale: float = 0.3
+    mode: str = "in"
+    bias: bool = False
+
+    MODES = ("in", "out")
+
+    def __post_init__(self):
+        positive("scale (sigma of the node prior N(1, scale^2))", self.scale)
+        choice("mode (which units of a layer the node latents multiply)", self.mode, self.MODES)
+        if not isinstance(self.bias, bool):
+            raise TypeError(f"bias must be a bool (a latent on each layer's bias), got {self.bias!r}")
+        if self.bias and self.mode == "out":
+            raise ValueError("bias=True adds a latent to the bias in mode 'in'; in mode 'out' the node latents "
+                             "already multiply the bias: use bias=False")
+
+    def __call__(self, reference):
+        return IsotropicNormal(1.0, self.scale, reference.shape, device=reference.device, dtype=reference.dtype)
+
+
+PRIORS = {"gaussian": GaussianPrior, "scale-mixture": ScaleMixturePrior, "log-uniform": LogUniformPrior,
+          "node": NodePrior}
 """The registry of weight priors: name -> :class:`Prior` subclass (``pyrobnn train --prior``)."""

@@ -61,6 +61,10 @@ Callback = Callable[[int, dict], None]
 :func:`pyrobnn.analysis.prune.record_sparsity`)."""
 
 
+def _constant_lr(epoch: int) -> float:
+    return 1.0
+
+
 class TrainingDiverged(FloatingPointError):
     """The loss became NaN or infinite; training stopped and the last good checkpoint was kept."""
 
@@ -124,6 +128,20 @@ def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: f
     return cls(params, lr=lr, weight_decay=weight_decay, **options)
 
 
+def _check_components(guide, num_examples: int, batch_size: int, estimator: str, num_particles: int) -> None:
+    """A guide that gives row r of a batch mixture component r mod K (``guide.num_components``, e.g.
+    :class:`~pyrobnn.guides.MixtureNodeGuide`) needs every batch split evenly among the K components."""
+    k = getattr(guide, "num_components", 1)
+    if k == 1 or estimator == "vdp" or (estimator == "sample" and num_particles == 1) or num_particles % k == 0:
+        return
+    last = num_examples % batch_size
+    if batch_size % k or last % k:
+        raise ValueError(f"batch_size ({batch_size}) and the last batch ({last or batch_size} of {num_examples} "
+                         f"examples) must be multiples of the guide's {k} mixture components (each row uses one): "
+                         f"choose batch_size a multiple of {k} that divides the training set, or num_particles a "
+                         f"multiple of {k}")
+
+
 def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, transform=None) -> None:
     """Shape and label checks done once on the whole dataset, not on every step."""
     if x.shape[0] != y.shape[0]:
@@ -181,7 +199,8 @@ def fit(
     :param lr_step: multiply the learning rate by ``lr_gamma`` every ``lr_step`` epochs (0: constant;
         Blundell et al. 2015 halve it every 100 epochs).
     :param lr_schedule: instead of ``lr_step``, a multiplier of the initial learning rate per epoch,
-        ``lr_schedule(epoch)``, or one such callable per parameter group (``torch.optim.lr_scheduler.LambdaLR``).
+        ``lr_schedule(epoch)`` (not applied to parameter groups marked ``"scheduled": False``), or one such
+        callable per parameter group (``torch.optim.lr_scheduler.LambdaLR``).
     :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.schedules`.
     :param num_particles: posterior samples per step, drawn in one vectorized pass (Blundell et al. use 5).
     :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS`: ``"sample"`` (weight sampling),
@@ -224,6 +243,7 @@ def fit(
         raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
                          f"got {num_data!r}")
     _precision(precision, torch.device("cpu"))
+    _check_components(guide, x.shape[0], batch_size, estimator, num_particles)
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
     device = resolve_device(device)
@@ -242,6 +262,8 @@ def fit(
         params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
         optim = make_optimizer(params, optimizer, lr, weight_decay)
     if lr_schedule is not None:
+        if callable(lr_schedule):  # groups marked "scheduled": False (e.g. TwoGroupSGD's variational one) keep theirs
+            lr_schedule = [lr_schedule if group.get("scheduled", True) else _constant_lr for group in optim.param_groups]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optim, lr_schedule)
     else:
         scheduler = torch.optim.lr_scheduler.StepLR(optim, step_size=lr_step or 1, gamma=lr_gamma if lr_step else 1.0)

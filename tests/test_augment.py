@@ -192,3 +192,10 @@ def test_mnist_uint8_equals_the_float_images_times_255():
     assert torch.equal(raw.x_train.float() / 255, scaled.x_train) and torch.equal(raw.y_train, scaled.y_train)
     with pytest.raises(ValueError, match="dtype must be"):
         images.load_mnist(SHARED, download=False, dtype="uint8")
+
+
+def test_denormalize_inverts_normalize():
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    aug = ImageAugment.for_dataset("cifar10")
+    assert torch.allclose(aug.denormalize(aug.normalize(images)), images.float() / 255, atol=1e-6)

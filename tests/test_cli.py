@@ -675,3 +675,41 @@ def test_mc_dropout_and_point_guides_train_and_evaluate_by_one_argument(guide, t
                     "--json", tmp_path / "eval.json"]) == 0
     again = json.loads((tmp_path / "eval.json").read_text())["test"]
     assert abs(again["accuracy"] - trained["accuracy"]) < 0.1
+
+
+def test_cifar_with_augmentation_and_corruption_benchmark(data_root, tmp_path, capsys):
+    if not (data_root / "cifar10").exists() and not (data_root / "cifar10-jpeg.tar.gz").exists():
+        pytest.skip(f"no CIFAR-10 under {data_root}")
+    out = tmp_path / "run"
+    assert run_cli(["train", "--dataset", "cifar10", "--data-root", data_root, "--model", "lenet5-cifar", "--augment",
+                    "--guide", "dropout", "--train-size", 128, "--test-size", 32, "--epochs", 1, "--batch-size", 64,
+                    "--num-samples", 2, "--no-progress", "--out", out]) == 0
+    capsys.readouterr()
+    report = tmp_path / "eval.json"
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 2, "--corruptions", 1, 5,
+                    "--corruption-types", "gaussian_noise", "contrast", "--json", report,
+                    "--corruption-plot", tmp_path / "severity.png"]) == 0
+    corrupted = json.loads(report.read_text())["corrupted"]
+    assert set(corrupted["corruptions"]) == {"gaussian_noise", "contrast"}
+    assert set(corrupted["severities"]) == {"1", "5"}
+    assert set(corrupted["mean"]) >= {"accuracy", "nll", "ece", "brier", "epistemic", "aleatoric"}
+    assert (tmp_path / "severity.png").read_bytes()[:4] == b"\x89PNG"
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--corruptions", 6]) == 2
+    assert "--corruptions takes severities 1 to 5" in error_line(capsys)
+
+
+def test_implicit_bnn_trains_and_evaluates_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    ibnn = ["--prior", "node", "--prior.scale", 0.3, "--guide", "mixture-node", "--guide.components", 4,
+            "--estimator", "local"]
+    moons = [{5: 8, 50: 20}.get(a, a) for a in MOONS]  # --num-samples and --batch-size multiples of K
+    assert run_cli(["train", *moons, "--epochs", 40, "--lr", 0.02, *ibnn, "--out", out]) == 0
+    assert json.loads((out / "metrics.json").read_text())["test"]["accuracy"] > 0.7
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 8]) == 0
+    capsys.readouterr()
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 6]) == 2
+    assert "multiple of the guide's 4 mixture components" in error_line(capsys)
+    assert run_cli(["train", *moons, "--guide", "mixture-node", "--out", tmp_path / "bad"]) == 2
+    assert "NodePrior" in error_line(capsys)
+    assert run_cli(["train", *MOONS, *ibnn, "--out", tmp_path / "bad"]) == 2  # batches of 50 rows, K = 4
+    assert "must be multiples of the guide's 4 mixture components" in error_line(capsys)

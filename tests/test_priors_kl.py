@@ -14,7 +14,7 @@ from torch.distributions import kl_divergence
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
 from pyrobnn.distributions import IsotropicNormal, LogUniform, ScaleMixtureNormal, _DiagonalNormalKL
-from pyrobnn.priors import PRIORS, LogUniformPrior, Prior
+from pyrobnn.priors import PRIORS, LogUniformPrior, NodePrior, Prior
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -352,13 +352,14 @@ def test_a_prior_that_does_not_override_call_says_so():
 
 def test_the_registry_names_every_prior_class_and_each_builds_a_prior_of_the_reference_shape():
     assert PRIORS == {"gaussian": GaussianPrior, "scale-mixture": ScaleMixturePrior,
-                      "log-uniform": LogUniformPrior}
+                      "log-uniform": LogUniformPrior, "node": NodePrior}
     reference = torch.zeros(4, 3, dtype=torch.float64)
     w = torch.full((4, 3), 0.5, dtype=torch.float64)
     expected = {
         "gaussian": 12 * gauss_logpdf(0.5, 0.0, 1.0),
         "scale-mixture": 12 * mixture_logpdf(0.5, 0.25, 1.0, math.exp(-8)),
         "log-uniform": -12 * math.log(0.5),
+        "node": 12 * gauss_logpdf(0.5, 1.0, 0.3),
     }
     for name, cls in PRIORS.items():
         prior = cls()(reference)

@@ -97,6 +97,12 @@ class ImageAugment:
         """Only the normalisation :math:`(u / 255 - m_c) / s_c` (uint8) or :math:`(x - m_c) / s_c` (float)."""
         return self(x, train=False)
 
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`normalize` for float images: :math:`x s_c + m_c`, clamped to [0, 1]."""
+        self._check(x)
+        scale, shift = self._scale_and_shift(x.device, False)
+        return ((x - shift) / scale).clamp_(0.0, 1.0)
+
     def crop_and_flip(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The random crop (``crop_padding`` zeros each side) and flip of each image, dtype and device kept."""
         self._check(x)

@@ -3,6 +3,7 @@
 from .additive_dropout import AdditiveDropoutGuide
 from .base import SiteGuide
 from .dropout import DropoutGuide
+from .mixture_node import FlatThenLinear, MixtureNodeGuide, TwoGroupSGD
 from .multiplicative_dropout import MultiplicativeDropoutGuide
 from .normal import NormalGuide
 from .point import PointGuide
@@ -13,9 +14,10 @@ GUIDES = {
     "multiplicative": MultiplicativeDropoutGuide,
     "dropout": DropoutGuide,
     "point": PointGuide,
+    "mixture-node": MixtureNodeGuide,
 }
 """Guides selectable by name (``pyrobnn train --guide``); ``normal`` also takes
 ``--parameterization log_variance`` (variational dense)."""
 
 __all__ = ["SiteGuide", "NormalGuide", "AdditiveDropoutGuide", "MultiplicativeDropoutGuide", "DropoutGuide",
-           "PointGuide", "GUIDES"]
+           "PointGuide", "MixtureNodeGuide", "TwoGroupSGD", "FlatThenLinear", "GUIDES"]
