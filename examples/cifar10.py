@@ -13,6 +13,9 @@ bbb        :class:`~pyrobnn.NormalGuide`, one weight sample per batch (Blundell 
 local      the same guide under local reparameterization (Kingma et al. 2015)
 flipout    the same guide under flipout (Wen et al. 2018)
 vdp        the same guide trained and evaluated by moment propagation (VDP++)
+ibnn<K>    implicit BNN (Trinh, Kaski & Heinonen 2020): :class:`~pyrobnn.NodePrior` N(1, 0.3²) on every
+           layer's inputs, :class:`~pyrobnn.MixtureNodeGuide` with K components (``ibnn4``, ``ibnn16``),
+           two learning rates (:class:`~pyrobnn.guides.TwoGroupSGD`), KL weight 0 -> 1 over 2/3 of the run
 =========  =================================================================================
 
 Recipe (per model, overridable): SGD with Nesterov momentum 0.9 on the per-example loss, a cosine learning
@@ -46,21 +49,31 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from pyrobnn import BayesianNetwork, Categorical, DropoutGuide, GaussianPrior, NormalGuide, PointGuide
+from pyrobnn import (
+    BayesianNetwork,
+    Categorical,
+    DropoutGuide,
+    GaussianPrior,
+    MixtureNodeGuide,
+    NodePrior,
+    NormalGuide,
+    PointGuide,
+)
 from pyrobnn.analysis.metrics import reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions, plot_metric_vs_severity
 from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
 from pyrobnn.device import resolve_device
+from pyrobnn.guides import FlatThenLinear, TwoGroupSGD
 from pyrobnn.models import build_model
 from pyrobnn.predict import evaluate, predict, predict_moments
-from pyrobnn.schedules import Constant
+from pyrobnn.schedules import Constant, LinearWarmup
 from pyrobnn.train import fit
 
-METHODS = {"det": "sample", "mcdropout": "sample", "bbb": "sample", "local": "local", "flipout": "flipout",
-           "vdp": "vdp"}
-"""Method -> the estimator it trains with."""
+METHODS = {"det": "sample", "mcdropout": "local", "bbb": "sample", "local": "local", "flipout": "flipout",
+           "vdp": "vdp", "ibnn4": "local", "ibnn16": "local"}
+"""Method -> the estimator it trains with (MC dropout and iBNN: ``local``, one draw per example)."""
 
 RECIPES = {
     "lenet5-cifar": dict(lr=0.05, wd=5e-4, dropout=0.3, batch_size=128),
@@ -88,6 +101,8 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=None, help="MC-dropout rate (default: recipe)")
     p.add_argument("--beta", type=float, default=0.1, help="KL weight of the Bayesian guides (paper 000: 0.1)")
     p.add_argument("--init-rho", type=float, default=-6.0, help="initial rho of the Normal guide")
+    p.add_argument("--node-scale", type=float, default=0.3, help="iBNN: s of the node prior N(1, s^2)")
+    p.add_argument("--node-init-scale", type=float, default=0.75, help="iBNN: spread of the initial means")
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--test-size", type=int, default=None)
     p.add_argument("--samples", type=int, default=16, help="posterior samples per test prediction")
@@ -126,12 +141,21 @@ def sgd(lr: float, num_data: int):
     return make
 
 
+def components(method: str) -> int:
+    """K of an ``ibnn<K>`` method (1 for the others)."""
+    return int(method[4:]) if method.startswith("ibnn") else 1
+
+
 def build(args, method: str, num_data: int):
-    """Model and guide of one method: the same network, prior and likelihood for all."""
+    """Model and guide of one method: the same network and likelihood for all; the Gaussian weight prior (whose
+    KL on the means is the weight decay wd) for all but the implicit BNN's node prior."""
     net = build_model(args.model, (3, 32, 32), 10)
-    prior = GaussianPrior(0.0, 1.0 / math.sqrt(num_data * args.wd))  # the KL of the means = weight decay wd
+    k = components(method)
+    prior = NodePrior(args.node_scale) if k > 1 else GaussianPrior(0.0, 1.0 / math.sqrt(num_data * args.wd))
     likelihood = Categorical(vdp_objective="cross_entropy")  # VDP++'s choice for large problems
     model = BayesianNetwork(net, likelihood, prior=prior, num_data=num_data, input_shape=(3, 32, 32))
+    if k > 1:
+        return model, MixtureNodeGuide(model, num_components=k, init_scale=args.node_init_scale, name=method)
     if method == "det":
         return model, PointGuide(model, name=method)
     if method == "mcdropout":  # every layer's input dropped, but the image itself
@@ -154,12 +178,19 @@ def run_method(args, method, data, aug, device, precision):
         model.to(memory_format=torch.channels_last)
         torch.cuda.reset_peak_memory_stats(device)
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)
+    cosine = lambda e: 0.5 * (1 + math.cos(math.pi * e / args.epochs))  # noqa: E731
+    k = components(method)
+    if k > 1:  # Trinh et al. 2020: SGD on the weights (decayed), a constant large rate on the mixture
+        training = dict(optimizer=TwoGroupSGD(lr=args.lr, variational_lr=0.2 * k, weight_decay=args.wd),
+                        lr_schedule=FlatThenLinear(args.epochs), num_particles=2,
+                        beta=LinearWarmup(0, max(1, round(2 * args.epochs / 3))))
+    else:
+        beta = Constant(1.0 if method in ("det", "mcdropout") else args.beta)  # det: the KL is the weight decay
+        training = dict(optimizer=sgd(args.lr, num_data), lr_schedule=cosine, beta=beta)
     history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size,
-                  optimizer=sgd(args.lr, num_data), lr_schedule=lambda e: 0.5 * (1 + math.cos(math.pi * e / args.epochs)),
-                  beta=Constant(1.0 if method in ("det", "mcdropout") else args.beta),  # det: the KL is the decay
                   estimator=METHODS[method], transform=aug, precision=precision, seed=args.seed, device=device,
-                  checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress)
-    samples = 1 if method == "det" else args.samples
+                  checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress, **training)
+    samples = 1 if method == "det" else math.ceil(args.samples / k) * k  # iBNN: a multiple of K
     x_test = aug.normalize(data.x_test.to(device))
     x01 = data.x_test.to(device).float().div_(255)
     if method == "vdp":
