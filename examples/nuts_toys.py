@@ -59,6 +59,9 @@ Adam on the exact ELBO (β ramped linearly from 0 to 1 over the first ``--anneal
 - ``mcdropout``: MC dropout (Gal & Ghahramani 2016), ``DropoutGuide``: point-estimate weights with the
   inputs of every hidden layer dropped at rate ``--dropout`` (not the network's input), trained on NUTS's
   model (the Gaussian prior is its weight decay);
+- ``ibnn``: the implicit BNN (Trinh, Kaski & Heinonen 2020), ``NodePrior`` N(1, s²) on every layer's inputs
+  with point-estimate weights and a ``MixtureNodeGuide`` of ``--components`` K: another model than NUTS's
+  (its weights carry no prior), compared by its predictive only;
 - ``deterministic``: the same MLP by maximum likelihood (no prior), through the same loop.
 
 Priors of the dropout guides (``--vd-prior auto``): ``multiplicative`` is trained on NUTS's model (the
@@ -111,7 +114,9 @@ from pyrobnn import (
     DropoutGuide,
     Gaussian,
     LogUniformPrior,
+    MixtureNodeGuide,
     MultiplicativeDropoutGuide,
+    NodePrior,
     NormalGuide,
     Prior,
 )
@@ -127,7 +132,7 @@ from pyrobnn.schedules import Constant, LinearWarmup
 from pyrobnn.train import fit
 
 PROBLEMS = ("two_moons", "cubic", "sinusoid")
-METHODS = ("bbb", "dense", "additive", "multiplicative", "mcdropout", "vdp", "deterministic")
+METHODS = ("bbb", "dense", "additive", "multiplicative", "mcdropout", "ibnn", "vdp", "deterministic")
 Z95 = 1.959964
 console = Console(width=160)
 START = time.perf_counter()  # after the imports (torch and pyro: about 2 s)
@@ -220,6 +225,11 @@ def log_uniform(method: str, args) -> bool:
     return args.vd_prior == "log-uniform" or (args.vd_prior == "auto" and method == "additive")
 
 
+def other_model(method: str, args) -> bool:
+    """Whether ``method``'s posterior is of another model than NUTS's (log-uniform prior, node latents)."""
+    return method == "ibnn" or log_uniform(method, args)
+
+
 def prior_of(problem: Problem, method: str, args) -> Prior:
     if log_uniform(method, args):
         return LogUniformPrior()
@@ -231,6 +241,9 @@ def build(problem: Problem, method: str, net, args, tag: str):
     if method == "deterministic":
         model = BayesianNetwork(net, problem.likelihood(), deterministic=True)
         return model, NormalGuide(model, name=tag)
+    if method == "ibnn":
+        model = BayesianNetwork(net, problem.likelihood(), prior=NodePrior(args.node_scale))
+        return model, MixtureNodeGuide(model, num_components=args.components, name=tag)
     model = BayesianNetwork(net, problem.likelihood(), prior=prior_of(problem, method, args))
     if method == "dense":
         return model, NormalGuide(model, init_rho=args.init_rho, parameterization="log_variance", name=tag)
@@ -438,7 +451,7 @@ def table(problem: Problem, metrics: dict, args) -> Table:
         cells += [f"{m['r_hat_max']:.3f}" if nuts else "", f"{m['ess_min']:.0f}" if nuts else "",
                   f"{m['divergences']} ({100 * m['divergence_rate']:.1f} %)" if nuts else "", f"{m['seconds']:.1f}"]
         label = f"{method} (log-uniform prior)" if log_uniform(method, args) else \
-            "deterministic (ML)" if method == "deterministic" else method
+            "ibnn (node prior)" if method == "ibnn" else "deterministic (ML)" if method == "deterministic" else method
         t.add_row(label, *cells)
     return t
 
@@ -477,7 +490,7 @@ def checks(results: dict, args) -> list[str]:
         if name == "cubic_depth":
             continue
         nuts = metrics["nuts"]["test_ll"]
-        same = [m for m in metrics if m not in ("nuts", "deterministic") and not log_uniform(m, args)]
+        same = [m for m in metrics if m not in ("nuts", "deterministic") and not other_model(m, args)]
         better = [m for m in same if metrics[m]["test_ll"] > nuts]
         verdict = "PASS" if not better else "FAIL" if name in ("two_moons", "cubic") else "note"
         lines.append(f"{verdict} {name}: NUTS test LL {nuts:.4f} " + (
@@ -595,6 +608,8 @@ def main():
     group.add_argument("--estimator", default="local", choices=["sample", "local", "flipout"])
     group.add_argument("--init-rho", type=float, default=-5.0, help="initial σ = softplus(ρ)")
     group.add_argument("--dropout", type=float, default=0.1, help="mcdropout: rate of every hidden layer's input")
+    group.add_argument("--components", type=int, default=4, help="ibnn: K mixture components (divides --particles)")
+    group.add_argument("--node-scale", type=float, default=0.5, help="ibnn: s of the node prior N(1, s²)")
     group.add_argument("--vd-prior", default="auto", choices=["auto", "gaussian", "log-uniform"],
                        help="prior of the variational-dropout guides' model (log-uniform: another model than "
                             "NUTS's); auto: log-uniform for additive, Gaussian for multiplicative")
