@@ -24,20 +24,49 @@ import torch.nn.functional as F
 from ._compat import tree_flatten
 from .distribution_tensor import DistributionTensor
 
-__all__ = ["GaussianWeight", "LAYERS", "as_sample"]
+__all__ = ["LazyWeight", "GaussianWeight", "LAYERS", "as_sample"]
 
 LAYERS = frozenset({F.linear, F.conv1d, F.conv2d, F.conv3d})
 """The layer functions an estimator has a rule for: ``op(x, weight, bias, *rest)``."""
 
 
-class GaussianWeight(DistributionTensor):
+class LazyWeight(DistributionTensor):
+    """A weight still known by its posterior when a layer uses it (:class:`GaussianWeight`,
+    :class:`~pyrobnn.masked_weight.MaskedWeight`): what every such weight shares. Subclasses define
+    :meth:`samples` and :meth:`~pyrobnn.distribution_tensor.DistributionTensor.moments`; ``estimator``
+    is the handler that made the weight."""
+
+    loc: torch.Tensor
+
+    def samples(self, n: int) -> torch.Tensor:
+        """``n`` independent weight samples, shape ``(n,) + shape`` (fresh draws)."""
+        raise NotImplementedError
+
+    def sample(self) -> torch.Tensor:
+        """One weight sample, drawn once and reused."""
+        if self._sample is None:
+            self._sample = self.samples(1)[0]
+        return self._sample
+
+    def particle_samples(self, n: int) -> torch.Tensor:
+        """One weight sample per particle, ``(n,) + shape``, drawn once and reused (by the layer and by a
+        Monte-Carlo KL, so both score the same draws)."""
+        if self._draws is None or self._draws.shape[0] != n:
+            self._draws = self.samples(n)
+        return self._draws
+
+    def kl_draws(self) -> torch.Tensor:
+        """The weight draws a Monte-Carlo KL scores, shape ``(S,) + shape`` (the estimator's)."""
+        return self.estimator.kl_draws(self)
+
+
+class GaussianWeight(LazyWeight):
     r"""A weight :math:`w \sim \mathcal N(\mu, \sigma^2)` (elementwise) used by layers as ``estimator`` says.
 
     ``loc`` and ``scale`` stay attached to autograd, so gradients reach the guide's parameters
     through every rule. ``estimator`` is the handler that made it (see module docstring).
     """
 
-    loc: torch.Tensor
     scale: torch.Tensor
 
     @staticmethod
@@ -60,27 +89,10 @@ class GaussianWeight(DistributionTensor):
         """Mean and variance (:attr:`variance`, possibly shared) of the weights."""
         return self.loc, self.variance
 
-    def sample(self) -> torch.Tensor:
-        r"""One weight sample :math:`\mu + \sigma \odot \epsilon`, drawn once and reused."""
-        if self._sample is None:
-            self._sample = torch.addcmul(self.loc, self.scale, torch.randn_like(self.loc))
-        return self._sample
-
     def samples(self, n: int) -> torch.Tensor:
-        """``n`` independent weight samples, shape ``(n,) + shape`` (fresh draws)."""
+        r"""``n`` independent weight samples :math:`\mu + \sigma \odot \epsilon`, shape ``(n,) + shape``."""
         noise = torch.randn((n,) + self.shape, dtype=self.dtype, device=self.device)
         return torch.addcmul(self.loc, self.scale, noise)
-
-    def particle_samples(self, n: int) -> torch.Tensor:
-        """One weight sample per particle, ``(n,) + shape``, drawn once and reused (by the layer and by a
-        Monte-Carlo KL, so both score the same draws)."""
-        if self._draws is None or self._draws.shape[0] != n:
-            self._draws = self.samples(n)
-        return self._draws
-
-    def kl_draws(self) -> torch.Tensor:
-        """The weight draws a Monte-Carlo KL scores, shape ``(S,) + shape`` (the estimator's)."""
-        return self.estimator.kl_draws(self)
 
     def __repr__(self):
         return f"GaussianWeight(shape={tuple(self.loc.shape)}, estimator={type(self.estimator).__name__})"
@@ -94,6 +106,5 @@ class GaussianWeight(DistributionTensor):
 
 
 def as_sample(value):
-    """``value``'s single weight sample if it is a lazy weight (a :class:`DistributionTensor` with ``sample()``:
-    :class:`GaussianWeight`, :class:`~pyrobnn.masked_weight.MaskedWeight`), else ``value``."""
-    return value.sample() if isinstance(value, DistributionTensor) and hasattr(value, "sample") else value
+    """``value``'s single weight sample if it is a :class:`LazyWeight`, else ``value``."""
+    return value.sample() if isinstance(value, LazyWeight) else value

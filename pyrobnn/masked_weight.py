@@ -21,15 +21,14 @@ from __future__ import annotations
 import torch
 
 from ._compat import tree_flatten
-from .distribution_tensor import DistributionTensor
 from .distributions import DropoutWeight
-from .gaussian_weight import LAYERS, as_sample
+from .gaussian_weight import LAYERS, LazyWeight, as_sample
 from .handlers.estimator_messenger import lazy_value
 
 __all__ = ["MaskedWeight"]
 
 
-class MaskedWeight(DistributionTensor):
+class MaskedWeight(LazyWeight):
     """The weight :math:`W = M\\operatorname{diag}(m)/(1-p)` of a :class:`DropoutWeight` posterior, applied by
     ``estimator`` (the handler that made it)."""
 
@@ -45,24 +44,9 @@ class MaskedWeight(DistributionTensor):
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.loc, self.posterior.variance
 
-    def sample(self) -> torch.Tensor:
-        """One weight sample (one mask for the whole batch), drawn once and reused."""
-        if self._sample is None:
-            self._sample = self.posterior.rsample()
-        return self._sample
-
     def samples(self, n: int) -> torch.Tensor:
-        """``n`` independent weight samples, ``(n,) + shape`` (fresh draws)."""
+        """``n`` independent weight samples (one mask each), ``(n,) + shape``."""
         return self.posterior.rsample((n,))
-
-    def particle_samples(self, n: int) -> torch.Tensor:
-        """One weight sample per particle, drawn once and reused (for a Monte-Carlo KL)."""
-        if self._draws is None or self._draws.shape[0] != n:
-            self._draws = self.samples(n)
-        return self._draws
-
-    def kl_draws(self) -> torch.Tensor:
-        return self.estimator.kl_draws(self)
 
     def __repr__(self):
         return (f"MaskedWeight(shape={tuple(self.loc.shape)}, rate={self.posterior.rate}, "
