@@ -25,7 +25,9 @@ with no covariances (variance-only density propagation):
   and ``x += y`` falls back to ``x = x + y`` as Python does when ``+=`` is not implemented);
 - softmax (Jacobian rule): :math:`\sigma_i^2 = \sum_j J_{ij}^2\sigma_j^2`, :math:`J = \mathrm{diag}(p) - pp^\top`;
 - BatchNorm / LayerNorm: the normalisation computed on the means is an affine map per unit,
-  applied to the mean; the variance is scaled by its squared slope.
+  applied to the mean; the variance is scaled by its squared slope;
+- multi-head self-attention (:func:`_multi_head_attention`), with a key-padding mask: masked keys get
+  attention probability 0 (mean score :math:`-\infty`, variance 0).
 
 Any other operation raises ``TypeError`` naming it: the variance is never dropped silently.
 """

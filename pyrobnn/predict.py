@@ -72,7 +72,7 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
         if vectorized:
             try:
                 return _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows)
-            except ParticlesUnsupported:
+            except (ParticlesUnsupported, RuntimeError):  # e.g. a residual adding the B-row input to S·B rows
                 if explicit:
                     raise
         outputs = []

@@ -58,6 +58,7 @@ from .images import (
 )
 from .sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
 from .splits import DataSplits, make_splits
+from .text import load_imdb
 from .toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
 
 __all__ = [
@@ -100,11 +101,12 @@ DATASETS: dict[str, Loader] = {
     "two-moons": load_two_moons,
     "cubic": load_cubic,
     "sinusoid": load_sinusoid,
+    "imdb": load_imdb,
 }
 """Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"``)."""
 
-_TOYS = ("two-moons", "cubic", "sinusoid")
-"""The synthetic datasets (regression or 2-D inputs: no image ``dtype``)."""
+_NOT_IMAGES = ("two-moons", "cubic", "sinusoid", "imdb")
+"""The datasets that are not images (no image ``dtype``)."""
 
 _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": "two-moons",
             "moons": "two-moons"}
@@ -137,6 +139,6 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: dataset must be one of "
                          f"{list(DATASETS)} or 'folder:<path>'")
-    if "dtype" in split and key in _TOYS:
-        raise ValueError(f"dtype applies to image datasets, not to the synthetic {key!r}")
+    if "dtype" in split and key in _NOT_IMAGES:
+        raise ValueError(f"dtype applies to image datasets, not to {key!r}")
     return DATASETS[key](root, download, **split)

@@ -19,12 +19,13 @@ from .building import scaled
 from .lenet import LeNet5
 from .mlp import MLP
 from .resnet import ResNet, resnet18, resnet50
+from .transformer import TransformerClassifier
 from .vgg import VGG16
 from .vit import ViT
 from .wide_resnet import WideResNet
 
 __all__ = ["MLP", "LeNet5", "ViT", "AlexNet", "ResNet", "resnet18", "resnet50", "VGG16", "WideResNet",
-           "MODELS", "CIFAR_INPUT_SHAPE", "build_model"]
+           "TransformerClassifier", "MODELS", "CIFAR_INPUT_SHAPE", "build_model"]
 
 CIFAR_INPUT_SHAPE = (3, 32, 32)
 """The per-example input shape the CIFAR architectures are defined for."""

