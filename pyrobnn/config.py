@@ -127,7 +127,7 @@ class ModelOptions:
     """The network and which of its parameters are Bayesian."""
 
     name: Annotated[str, arg(name="model", metavar=MODEL_METAVAR)] = "mlp"
-    """Network: mlp, LeNet-300-100, LeNet-5, a small ViT, the CIFAR nets (lenet5-cifar, alexnet, resnet18, resnet50, vgg16, wrn28-10, wrn<d>-<k>) or a torchvision classifier (tv:NAME)."""
+    """Network: mlp, LeNet-300-100, LeNet-5, a small ViT, the CIFAR nets (lenet5-cifar, alexnet, resnet18, resnet50, vgg16, wrn28-10, wrn<d>-<k>), a one-block transformer (text datasets: imdb) or a torchvision classifier (tv:NAME)."""
     hidden: tuple[int, ...] = (400,)
     """Hidden widths of the mlp, e.g. 1200 1200."""
     dropout: float = 0.0
@@ -600,7 +600,7 @@ def build_network(cfg, data) -> BayesianNetwork:
     likelihood = make_likelihood(cfg, data.task)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
     net = build_model(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
-                      width=cfg.model.width)
+                      width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
     deterministic = cfg.model.bayesian == "none"
     return BayesianNetwork(
         net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),

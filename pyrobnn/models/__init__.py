@@ -106,6 +106,14 @@ def _wide_resnet(name: str, depth: int, widen: int) -> Builder:
     return build
 
 
+def _transformer(input_shape, num_outputs, *, hidden, dropout, width, vocab_size=None):
+    if len(input_shape) != 1 or vocab_size is None:
+        raise ValueError(f"--model transformer reads token ids (a text dataset such as imdb), got input shape "
+                         f"{input_shape}" + ("" if vocab_size else " and no vocabulary"))
+    return TransformerClassifier(vocab_size, num_outputs, max_length=input_shape[0], dim=scaled(32, width),
+                                 ffn_dim=scaled(64, width), dropout=dropout)
+
+
 MODELS: dict[str, Builder] = {
     "mlp": _mlp(lambda hidden: hidden),
     "lenet300-100": _mlp(lambda hidden: (300, 100)),
@@ -117,6 +125,7 @@ MODELS: dict[str, Builder] = {
     "resnet50": _resnet("resnet50", resnet50),
     "vgg16": _vgg16,
     "wrn28-10": _wide_resnet("wrn28-10", 28, 10),
+    "transformer": _transformer,
 }
 """Built-in names (the CLI's ``--model`` choices); ``tv:<name>`` (e.g. ``tv:resnet18``) builds any torchvision
 classification model, and ``wrn<depth>-<k>`` (e.g. ``wrn16-4``) any wide ResNet."""
@@ -154,6 +163,7 @@ def build_model(
     hidden: Sequence[int] = (400,),
     dropout: float = 0.0,
     width: float = 1.0,
+    vocab_size: int | None = None,
 ) -> nn.Module:
     """Build a network by name for inputs of ``input_shape`` (per example) and ``num_outputs`` outputs.
 
@@ -165,7 +175,9 @@ def build_model(
     classifiers, between the convolutions of a wide block, the ViT's blocks, after the MLP's hidden layers) and
     is refused by the others. ``width`` multiplies the hidden widths of every built-in model (``wrn28-10`` at
     ``width=0.1`` is WRN-28-1). ``tv:<name>`` is ``torchvision.models.get_model(name, num_classes=num_outputs)``
-    (random init; grey inputs are repeated to 3 channels).
+    (random init; grey inputs are repeated to 3 channels). ``transformer`` is the one-block
+    :class:`TransformerClassifier` of token ids ``(L,)`` over ``vocab_size`` words (text datasets, e.g. imdb), the
+    only model that takes them.
     """
     key = name.lower()
     key = _ALIASES.get(key, key)
@@ -179,4 +191,8 @@ def build_model(
     if builder is None:
         raise ValueError(f"model: unknown model {name!r}; choose one of {list(MODELS)}, 'wrn<depth>-<k>' or "
                          "'tv:<torchvision name>'")
-    return builder(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width)
+    if (vocab_size is not None) != (builder is _transformer):
+        raise ValueError(f"--model {name} does not read token ids; use --model transformer for text"
+                         if vocab_size is not None else f"--model {name} needs a text dataset (token ids)")
+    extra = {"vocab_size": vocab_size} if builder is _transformer else {}
+    return builder(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width, **extra)
