@@ -18,8 +18,8 @@ ibnn<K>    implicit BNN (Trinh, Kaski & Heinonen 2020): :class:`~pyrobnn.NodePri
            two learning rates (:class:`~pyrobnn.guides.TwoGroupSGD`), KL weight 0 -> 1 over 2/3 of the run
 =========  =================================================================================
 
-Recipe (per model, overridable): SGD with Nesterov momentum 0.9 on the per-example loss, a cosine learning
-rate over the epochs, weight decay ``wd`` on the weights only, as the prior :math:`\\mathcal N(0, 1/(N\\,wd))`
+Recipe (per model, overridable): SGD with Nesterov momentum 0.9 on the per-example loss, a linear warm-up
+over the first epoch's steps, then a cosine learning rate over the epochs, weight decay ``wd`` on the weights only, as the prior :math:`\\mathcal N(0, 1/(N\\,wd))`
 (the KL of the means is then exactly that decay), KL weight ``--beta`` for the Bayesian guides.
 The corruption benchmark (``pyrobnn.data.corruptions``, CIFAR-10-C families generated in code) runs on the
 test subset at the ``--corruptions`` severities. Our CIFAR-10 copy is JPEG-compressed (lossy): numbers are
@@ -99,6 +99,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=None, help="per-example SGD learning rate (default: recipe)")
     p.add_argument("--wd", type=float, default=None, help="weight decay of the weights (default: recipe)")
     p.add_argument("--dropout", type=float, default=None, help="MC-dropout rate (default: recipe)")
+    p.add_argument("--warmup-epochs", type=float, default=1.0,
+                   help="ramp the learning rate up linearly over this many epochs' steps (0: none)")
     p.add_argument("--beta", type=float, default=0.1, help="KL weight of the Bayesian guides (paper 000: 0.1)")
     p.add_argument("--init-rho", type=float, default=-6.0, help="initial rho of the Normal guide")
     p.add_argument("--node-scale", type=float, default=0.3, help="iBNN: s of the node prior N(1, s^2)")
@@ -187,7 +189,8 @@ def run_method(args, method, data, aug, device, precision):
     else:
         beta = Constant(1.0 if method in ("det", "mcdropout") else args.beta)  # det: the KL is the weight decay
         training = dict(optimizer=sgd(args.lr, num_data), lr_schedule=cosine, beta=beta)
-    history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size,
+    warmup = round(args.warmup_epochs * math.ceil(num_data / args.batch_size))
+    history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, warmup_steps=warmup,
                   estimator=METHODS[method], transform=aug, precision=precision, seed=args.seed, device=device,
                   checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress, **training)
     samples = 1 if method == "det" else math.ceil(args.samples / k) * k  # iBNN: a multiple of K

@@ -168,6 +168,7 @@ def fit(
     lr_step: int = 0,
     lr_gamma: float = 0.5,
     lr_schedule: Callable[[int], float] | Sequence[Callable[[int], float]] | None = None,
+    warmup_steps: int = 0,
     beta: Callable[[int, int, int], float] = Constant(1.0),
     num_particles: int = 1,
     estimator: str = "sample",
@@ -201,6 +202,8 @@ def fit(
     :param lr_schedule: instead of ``lr_step``, a multiplier of the initial learning rate per epoch,
         ``lr_schedule(epoch)`` (not applied to parameter groups marked ``"scheduled": False``), or one such
         callable per parameter group (``torch.optim.lr_scheduler.LambdaLR``).
+    :param warmup_steps: ramp every group's learning rate linearly from ``1/W`` of its value up to it over the
+        first ``W`` optimiser steps of the run (large-rate SGD on freshly initialised networks).
     :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.schedules`.
     :param num_particles: posterior samples per step, drawn in one vectorized pass (Blundell et al. use 5).
     :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS`: ``"sample"`` (weight sampling),
@@ -229,6 +232,8 @@ def fit(
     num_particles = positive_int("num_particles", num_particles)
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr (learning rate) must be a finite number > 0, got {lr!r}")
+    if not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0 (0: no warm-up), got {warmup_steps!r}")
     if not isinstance(lr_step, int) or lr_step < 0:
         raise ValueError(f"lr_step must be an integer >= 0 (0 keeps lr constant), got {lr_step!r}")
     if resume and checkpoint is None:
@@ -287,7 +292,7 @@ def fit(
             order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
             record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
                                estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
-                               on_step=advance, transform=transform, precision=precision)
+                               on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps)
             scheduler.step()
             if val is not None:
                 metrics = evaluate(model, guide, *val, num_samples=val_samples)
@@ -334,17 +339,21 @@ class _Run:
         })
 
     def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
-              on_step, transform=None, precision="fp32") -> dict:
+              on_step, transform=None, precision="fp32", warmup_steps=0) -> dict:
         """One pass over ``batches`` (index tensors); returns the epoch's record."""
         tick = time.perf_counter()
         num_data, steps = getattr(self.model, "num_data", None) or x.shape[0], len(batches)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, kl, beta
+        rates = [group["lr"] for group in self.optim.param_groups]  # this epoch's scheduled rates
         for step, idx in enumerate(batches):
             xb = x[idx.to(x.device)].to(device, non_blocking=True)  # data kept on the device is sliced there
             yb = y[idx.to(y.device)].to(device, non_blocking=True)
             if transform is not None:
                 xb = transform(xb)
             b = beta(epoch, step, steps)
+            done = epoch * steps + step  # optimiser steps before this one
+            for group, rate in zip(self.optim.param_groups, rates):
+                group["lr"] = rate * min(1.0, (done + 1) / warmup_steps) if warmup_steps else rate
             terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
                              num_particles=num_particles, precision=precision)
             # one device-to-host copy per step for the logged terms
@@ -358,6 +367,8 @@ class _Run:
                 )
             totals += torch.tensor(values + [b], dtype=torch.float64)
             on_step(epoch, step, totals[0].item() / ((step + 1) * num_data))
+        for group, rate in zip(self.optim.param_groups, rates):  # the schedule sees its own rates
+            group["lr"] = rate
         loss, nll, kl, mean_beta = (totals / steps).tolist()
         return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
                 "lr": self.optim.param_groups[0]["lr"], "seconds": time.perf_counter() - tick}

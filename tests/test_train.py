@@ -315,3 +315,21 @@ def test_bf16_autocast_keeps_the_loss_close_and_the_kl_in_fp32(moons):
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.05)
     with pytest.raises(ValueError, match="precision"):
         fit(*make_run(), moons.x_train, moons.y_train, epochs=1, precision="fp16", **FIT)
+
+
+def test_warmup_ramps_the_rate_per_step_and_leaves_the_epoch_schedule_alone(moons):
+    seen = []
+
+    class RecordingSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            seen.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    model, guide = make_run()
+    optimizer = lambda model, guide: RecordingSGD(guide.parameters(), lr=0.08)  # noqa: E731
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=2, **{**FIT, "batch_size": 50},
+                  optimizer=optimizer, lr_step=1, lr_gamma=0.5, warmup_steps=5)
+    assert seen == pytest.approx([0.016, 0.032, 0.048, 0.064, 0.04, 0.04, 0.04, 0.04])  # 4 steps per epoch
+    assert history["lr"] == pytest.approx([0.08, 0.04])
+    with pytest.raises(ValueError, match="warmup_steps"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, warmup_steps=-1, **FIT)
