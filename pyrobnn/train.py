@@ -33,7 +33,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .checks import check_labels, positive_int
+from .checks import check_labels, choice, positive_int
 from .device import device_of, resolve_device
 from .elbo import MeanFieldELBO
 from .handlers import ESTIMATORS, kl_annealing
@@ -50,9 +50,7 @@ KL, the guide's parameters and the log-likelihood stay in float32)."""
 
 
 def _precision(precision: str, device: torch.device):
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "fp32":
+    if choice("precision", precision, PRECISIONS) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
@@ -247,7 +245,7 @@ def fit(
     if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
         raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
                          f"got {num_data!r}")
-    _precision(precision, torch.device("cpu"))
+    choice("precision", precision, PRECISIONS)
     _check_components(guide, x.shape[0], batch_size, estimator, num_particles)
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
@@ -342,18 +340,19 @@ class _Run:
               on_step, transform=None, precision="fp32", warmup_steps=0) -> dict:
         """One pass over ``batches`` (index tensors); returns the epoch's record."""
         tick = time.perf_counter()
-        num_data, steps = getattr(self.model, "num_data", None) or x.shape[0], len(batches)
+        num_data, steps = self.model.num_data, len(batches)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, kl, beta
         rates = [group["lr"] for group in self.optim.param_groups]  # this epoch's scheduled rates
+        warming = epoch * steps < warmup_steps  # the warm-up reaches into this epoch
         for step, idx in enumerate(batches):
             xb = x[idx.to(x.device)].to(device, non_blocking=True)  # data kept on the device is sliced there
             yb = y[idx.to(y.device)].to(device, non_blocking=True)
             if transform is not None:
                 xb = transform(xb)
             b = beta(epoch, step, steps)
-            done = epoch * steps + step  # optimiser steps before this one
-            for group, rate in zip(self.optim.param_groups, rates):
-                group["lr"] = rate * min(1.0, (done + 1) / warmup_steps) if warmup_steps else rate
+            if warming:  # optimiser steps before this one: epoch * steps + step
+                for group, rate in zip(self.optim.param_groups, rates):
+                    group["lr"] = rate * min(1.0, (epoch * steps + step + 1) / warmup_steps)
             terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
                              num_particles=num_particles, precision=precision)
             # one device-to-host copy per step for the logged terms
@@ -367,8 +366,9 @@ class _Run:
                 )
             totals += torch.tensor(values + [b], dtype=torch.float64)
             on_step(epoch, step, totals[0].item() / ((step + 1) * num_data))
-        for group, rate in zip(self.optim.param_groups, rates):  # the schedule sees its own rates
-            group["lr"] = rate
+        if warming:
+            for group, rate in zip(self.optim.param_groups, rates):  # the schedule sees its own rates
+                group["lr"] = rate
         loss, nll, kl, mean_beta = (totals / steps).tolist()
         return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
                 "lr": self.optim.param_groups[0]["lr"], "seconds": time.perf_counter() - tick}

@@ -49,8 +49,13 @@ def lazy_value(distribution_type: type):
     return register
 
 
-def _factory(base):
-    for cls in type(base).__mro__:
+def _base(fn):
+    """The distribution of each element of a site: ``fn.base_dist`` of an ``Independent``, else ``fn``."""
+    return fn.base_dist if isinstance(fn, Independent) else fn
+
+
+def _factory(fn):
+    for cls in type(_base(fn)).__mro__:
         if cls in _LAZY_VALUES:
             return _LAZY_VALUES[cls]
     return None
@@ -58,12 +63,12 @@ def _factory(base):
 
 def has_lazy_value(fn) -> bool:
     """Whether estimator handlers give a site sampled from ``fn`` a lazy value (so it runs particles in one pass)."""
-    return _factory(fn.base_dist if isinstance(fn, Independent) else fn) is not None
+    return _factory(fn) is not None
 
 
 @lazy_value(Normal)
 def _gaussian_weight(fn, estimator) -> GaussianWeight:
-    base = fn.base_dist if isinstance(fn, Independent) else fn
+    base = _base(fn)
     loc, scale = base.loc, base.scale
     if loc.shape != fn.shape():
         loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
@@ -96,12 +101,11 @@ class EstimatorMessenger(Messenger):
         if msg["is_observed"] or msg["done"] or msg["value"] is not None or site_is_subsample(msg):
             return
         fn = msg["fn"]
-        base = fn.base_dist if isinstance(fn, Independent) else fn
-        factory = _factory(base)
+        factory = _factory(fn)
         if factory is None:
             if self.particles is not None:
                 raise ParticlesUnsupported(
-                    f"site {msg['name']!r} has a {type(base).__name__} posterior: only Normal-family sites run "
+                    f"site {msg['name']!r} has a {type(_base(fn)).__name__} posterior: only Normal-family sites run "
                     f"{self.particles.count} particles in one pass"
                 )
             return  # sampled as usual
