@@ -63,7 +63,7 @@ from pyrobnn.analysis.metrics import reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions, plot_metric_vs_severity
 from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
-from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
+from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from pyrobnn.device import resolve_device
 from pyrobnn.guides import FlatThenLinear, TwoGroupSGD
 from pyrobnn.models import build_model
@@ -124,7 +124,7 @@ def parse_args(argv=None):
     for name in ("epochs", "samples"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if any(s not in range(1, 6) for s in args.corruptions):
+    if any(s not in SEVERITIES for s in args.corruptions):
         p.error(f"--corruptions takes severities 1 to 5, got {args.corruptions}")
     recipe = RECIPES[args.model]
     for key in ("lr", "wd", "dropout", "batch_size"):

@@ -54,7 +54,7 @@ from .checks import positive_int
 from .config import MCMC_MAX_WEIGHTS, RESUMABLE, MCMCConfig, RunConfig, beta_schedule, build, build_network
 from .data import load_dataset
 from .data.augment import NORMALIZATION, ImageAugment
-from .data.corruptions import CIFAR10_C, CORRUPTIONS
+from .data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from .device import resolve_device
 from .files import atomic_write, check_writable, write_json
 from .mcmc import MCMCResult, sample_posterior
@@ -391,7 +391,7 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     if args.test_size is not None:
         positive_int("--test-size", args.test_size)
     for severity in args.corruptions:
-        if severity not in range(1, 6):
+        if severity not in SEVERITIES:
             raise ValueError(f"--corruptions takes severities 1 to 5, got {severity}")
     if args.corruption_plot is not None and not args.corruptions:
         raise ValueError("--corruption-plot needs --corruptions SEVERITY ...")

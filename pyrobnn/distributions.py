@@ -43,7 +43,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution, constraints
 from pyro.distributions.util import sum_rightmost
-from torch.distributions import Independent, Normal, register_kl
+from torch.distributions import Independent, Normal, kl_divergence, register_kl
 
 from .checks import choice
 
@@ -479,9 +479,11 @@ def _gaussian_moments(p, event_shape: torch.Size):
 
 
 def _normal_kl(loc, scale, prior_loc, prior_scale) -> torch.Tensor:
-    r"""Elementwise :math:`\log(s/\sigma) + (\sigma^2 + (\mu - m)^2)/(2 s^2) - 1/2` (``loc``, ``scale`` of one shape)."""
-    prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device)
-    return (prior_scale / scale).log() + (scale.square() + (loc - prior_loc).square()) / (2 * prior_scale.square()) - 0.5
+    r"""Elementwise :math:`\log(s/\sigma) + (\sigma^2 + (\mu - m)^2)/(2 s^2) - 1/2` (``loc``, ``scale`` of one shape):
+    torch's closed form for two Normals, the prior's moments broadcast."""
+    like = dict(dtype=loc.dtype, device=loc.device)
+    prior = Normal(torch.as_tensor(prior_loc, **like), torch.as_tensor(prior_scale, **like), validate_args=False)
+    return kl_divergence(Normal(loc, scale, validate_args=False), prior)
 
 
 def mixture_mean_kl(q: EqualMixtureNormal, prior_loc, prior_scale) -> torch.Tensor:

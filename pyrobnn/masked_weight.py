@@ -54,9 +54,8 @@ class MaskedWeight(LazyWeight):
 
     def layer(self, op, x, weight, bias=None, *rest, **kwargs):
         """``op(x, W, b)`` with the input dropped per example (module docstring)."""
-        particles = self.estimator.particles
-        if particles is not None and particles.is_first(x):
-            x = particles.stacked(x).flatten(0, 1)
+        if self.estimator.particles is not None:
+            x = self.estimator.particles.rows(x)
         if self.posterior.dropped:
             if op is torch.nn.functional.linear:  # one mask per example, shared by its tokens
                 shape = x.shape[:1] + (1,) * (x.dim() - 2) + x.shape[-1:]

@@ -178,8 +178,8 @@ class NodeDraws(DistributionTensor):
             raise ValueError(f"node latents of shape {tuple(event)} multiply batched inputs (rows first), got a "
                              f"tensor of shape {tuple(x.shape)}")
         particles = self.estimator.particles
-        if particles is not None and particles.is_first(x):
-            x = particles.stacked(x).flatten(0, 1)
+        if particles is not None:
+            x = particles.rows(x)
         rows = x.shape[0]
         components = row_components(rows, self.posterior.num_components, particles, x.device)
         draws = self.posterior.component_draws(components)

@@ -52,6 +52,10 @@ class Particles:
             return x.expand((self.count,) + x.shape)
         return x.view((self.count, self.batch) + x.shape[1:])
 
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` with S·B rows: the shared input repeated for every particle (particle-major), or ``x`` itself."""
+        return self.stacked(x).flatten(0, 1) if self.is_first(x) else x
+
     def layer(self, op, x: torch.Tensor, w: torch.Tensor, b, *rest, **kwargs) -> torch.Tensor:
         """``op(x_s, w[s], b_s)`` for every particle s in one call (``op`` is ``F.linear`` or ``F.convNd``):
         a batched matrix product, or a grouped convolution over the particles' stacked channels.
