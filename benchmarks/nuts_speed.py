@@ -10,7 +10,7 @@ Samplers (``--samplers``; the default runs all but ``stock_jit`` and ``floor_com
 - ``stock``: ``pyro.infer.NUTS(model)`` on the :class:`~pyrobnn.BayesianNetwork` (``model(x, y)``),
   which re-traces the model through Pyro's effect stack at every leapfrog step; ``stock_jit``: the
   same with ``jit_compile=True`` (Pyro traces that potential once with ``torch.jit.trace``);
-- ``pyrobnn``: :func:`pyrobnn.mcmc.sample_posterior` (``FlatPotential`` given to
+- ``pyrobnn``: :func:`pyrobnn.infer.mcmc.sample_posterior` (``FlatPotential`` given to
   ``NUTS(potential_fn=...)``), and ``pyrobnn_jit``: the same with ``jit=True``;
 - ``floor``: Pyro's NUTS on a potential written by hand in plain PyTorch, no Pyro model (one sum of
   squares for the prior, ``F.linear`` / ReLU, ``F.cross_entropy``): the floor of the
@@ -32,7 +32,7 @@ their wall times (``timing_noise``) is then this machine's timing noise.
 
 Per sampler: ``seconds`` (wall time of warmup + sampling, all chains), ``ess`` (min over the weights
 of the effective sample size of the pooled chains, :func:`pyro.ops.stats.effective_sample_size`, the
-estimator of :func:`pyrobnn.mcmc.chain_diagnostics`, the same for every sampler; ``ess_rank``: the
+estimator of :func:`pyrobnn.infer.mcmc.chain_diagnostics`, the same for every sampler; ``ess_rank``: the
 same on rank-normalised draws, Vehtari et al. 2021's bulk ESS; ``ess_median``: median over weights),
 ``ess_per_s``, ``leapfrog`` (mean leapfrog steps per draw while sampling), ``gradients`` (potential +
 gradient evaluations, warmup included; NumPyro: its leapfrog steps), ``us_per_gradient`` (seconds /
@@ -84,10 +84,10 @@ from pyro.infer.mcmc.util import initialize_model
 from pyro.ops.integrator import potential_grad
 from pyro.ops.stats import effective_sample_size
 
-import pyrobnn.mcmc as mcmc
+import pyrobnn.infer.mcmc as mcmc
 from pyrobnn import BayesianNetwork, GaussianPrior
 from pyrobnn.data import load_two_moons
-from pyrobnn.models import MLP
+from pyrobnn.networks import MLP
 
 PYRO_SAMPLERS = ("stock", "stock_jit", "pyrobnn", "pyrobnn_jit", "floor", "floor_compiled")
 
@@ -231,7 +231,7 @@ def run_pyrobnn(model, x, y, args, chain_seed, jit):
                                        target_accept=args.target_accept, max_tree_depth=args.max_tree_depth, jit=jit)
     draws = torch.cat([value[0].reshape(args.samples, -1) for value in result.draws.values()], dim=-1)
     if not made:
-        raise RuntimeError("sample_posterior no longer builds pyrobnn.mcmc.FlatPotential: update how this "
+        raise RuntimeError("sample_posterior no longer builds pyrobnn.infer.mcmc.FlatPotential: update how this "
                            "benchmark counts its gradient evaluations (_recording_potentials)")
     return draws, result.diagnostics["leapfrog_steps"], made[-1].evaluations
 
@@ -380,10 +380,10 @@ def profile_paths(stock_fn, stock_params, pyrobnn_fn, theta, evals: int) -> dict
     shares = {
         "autograd_backward": backward,
         "prior_log_prob": _cumulative(stats, "pyrobnn/distributions.py", "log_prob"),
-        "network_forward": _cumulative(stats, "pyrobnn/mcmc.py", "network"),
-        "likelihood": _cumulative(stats, "pyrobnn/likelihoods.py", "distribution")
+        "network_forward": _cumulative(stats, "pyrobnn/infer/mcmc.py", "network"),
+        "likelihood": _cumulative(stats, "pyrobnn/model/likelihoods.py", "distribution")
         + _cumulative(stats, "torch/distributions/categorical.py", "log_prob"),
-        "unflatten": _cumulative(stats, "pyrobnn/mcmc.py", "unflatten"),
+        "unflatten": _cumulative(stats, "pyrobnn/infer/mcmc.py", "unflatten"),
     }
     return {
         "pyrobnn_us_profiled": round(total / evals * 1e6, 1),
@@ -581,7 +581,8 @@ def print_tables(result: dict) -> None:
     console.print(costs)
     console.print(f"pyrobnn / stock ESS/s: {result['pyrobnn_vs_stock']}x (goal >= 5, per gradient "
                   f"{result['pyrobnn_vs_stock_per_gradient']}x); numpyro / pyrobnn ESS/s: "
-                  f"{result['numpyro_vs_pyrobnn']}x (goal <= 3, per gradient {result['numpyro_vs_pyrobnn_per_gradient']}x)")
+                  f"{result['numpyro_vs_pyrobnn']}x (goal <= 3, per gradient "
+                  f"{result['numpyro_vs_pyrobnn_per_gradient']}x)")
 
 
 def _sampler_list(text: str) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Time one training step of Bayes by Backprop (Blundell et al. 2015) against the same network trained deterministically.
+"""Time one Bayes-by-Backprop (Blundell et al. 2015) training step against the same network trained deterministically.
 
 784-400-10 ReLU MLP, batch 128, Adam. Measured side by side in one run: the
 methods are timed in interleaved rounds (each round times every method for
@@ -6,9 +6,9 @@ methods are timed in interleaved rounds (each round times every method for
 affects all of them alike. Methods:
 
 - ``det``: plain PyTorch, cross-entropy, the same Adam as the training loop
-  (:func:`pyrobnn.analysis.cost.training_step`; :func:`pyrobnn.train.make_optimizer`: fused where supported);
+  (:func:`pyrobnn.analysis.cost.training_step`; :func:`pyrobnn.infer.optim.make_optimizer`: fused where supported);
 - ``bbb``: pyrobnn ``NormalGuide`` with a Gaussian N(0, 1) prior (analytic KL), one
-  sample per step, through :func:`pyrobnn.train.svi_step` (the training loop's step) under the
+  sample per step, through :func:`pyrobnn.infer.svi.svi_step` (the training loop's step) under the
   ``"sample"`` estimator of :data:`pyrobnn.handlers.ESTIMATORS`;
 - ``bbb_mixture``: the same with Blundell's scale-mixture prior (Monte-Carlo KL);
 - ``autonormal``: Pyro's stock ``AutoNormal`` + ``TraceMeanField_ELBO`` + ``pyro.optim.Adam``
@@ -34,8 +34,8 @@ import torch
 
 from pyrobnn import BayesianNetwork, GaussianPrior, ScaleMixturePrior
 from pyrobnn.analysis.cost import time_steps, training_step
-from pyrobnn.models import MLP
-from pyrobnn.train import make_optimizer
+from pyrobnn.infer.optim import make_optimizer
+from pyrobnn.networks import MLP
 
 
 def steppers(device, hidden=400, batch=128, num_data=60000):

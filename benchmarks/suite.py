@@ -42,8 +42,8 @@ from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
 from pyrobnn.analysis.cost import peak_memory, synchronize, time_steps, training_step
-from pyrobnn.models import MLP, LeNet5
-from pyrobnn.train import make_optimizer
+from pyrobnn.infer.optim import make_optimizer
+from pyrobnn.networks import MLP, LeNet5
 
 NETWORKS = {
     "mlp400": lambda: MLP(784, (400,), 10),
@@ -113,7 +113,7 @@ def measure(name: str, device, args) -> dict[str, float]:
 
 def time_prediction(device, data_root, samples: int = 100) -> dict[str, float]:
     """Seconds for ``samples`` posterior draws on 10k MNIST test images, vectorized vs loop."""
-    from pyrobnn.predict import predictive_outputs
+    from pyrobnn.infer.predict import predictive_outputs
 
     try:
         from pyrobnn.data import load_dataset

@@ -24,7 +24,7 @@ import torch
 from rich.console import Console
 
 from pyrobnn.analysis.cost import compare_training_cost, cost_table
-from pyrobnn.models import LeNet5
+from pyrobnn.networks import LeNet5
 
 METHODS = {"det": ("det", "weight"), "bbb": ("sample", "weight"), "vdp": ("vdp", "weight"), "vdp_row": ("vdp", "row")}
 

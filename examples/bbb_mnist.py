@@ -25,12 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from pyrobnn import BayesianNetwork, NormalGuide, ScaleMixturePrior
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.data import load_dataset
 from pyrobnn.handlers import ESTIMATORS
-from pyrobnn.models import MLP
-from pyrobnn.predict import evaluate
-from pyrobnn.schedules import Constant, Geometric
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim, StepDecay
+from pyrobnn.infer.schedules import Constant, Geometric
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import MLP
 
 METHODS = ("bbb", "dropout", "vanilla")
 
@@ -44,12 +45,13 @@ def run(method: str, data, args) -> dict[str, float]:
     guide = NormalGuide(model, init_rho=args.init_rho, name=method)
     history = fit(
         model, guide, data.x_train, data.y_train,
-        epochs=args.epochs, batch_size=128, lr=1e-3, lr_step=100, lr_gamma=0.5,
+        epochs=args.epochs, batch_size=128, optimizer=Optim(lr=1e-3, schedule=StepDecay(100, 0.5)),
         beta=Geometric() if bayesian else Constant(1.0), num_particles=args.particles if bayesian else 1,
         estimator=args.estimator if bayesian else "sample",
         seed=args.seed, device=args.device, progress=not args.no_progress,
         on_epoch_end=lambda epoch, r: print(f"{method} epoch {epoch + 1}: loss {r['loss']:.4g} "
-                                            f"nll {r['nll']:.4g} (per example) kl {r['kl']:.4g} nats {r['seconds']:.1f}s", flush=True),
+                                            f"nll {r['nll']:.4g} (per example) kl {r['kl']:.4g} nats "
+                                            f"{r['seconds']:.1f}s", flush=True),
     )
     metrics = evaluate(model, guide, data.x_test, data.y_test, num_samples=args.samples if bayesian else 1)
     seconds = sum(history["seconds"])

@@ -2,7 +2,7 @@
 VDP++ on one network, clean and under corruption.
 
 Paper 000 (Bayes by Backprop and MC dropout on CIFAR-10 with LeNet-5, AlexNet and ResNet) and paper 002
-(VDP++ on ResNet-18) make their claims here. Every method is the same ``pyrobnn.models`` network, the same
+(VDP++ on ResNet-18) make their claims here. Every method is the same ``pyrobnn.networks`` network, the same
 data pipeline (the training set as uint8 on the device, random crop and flip per batch on the device,
 :class:`pyrobnn.data.augment.ImageAugment`) and the same ``fit``/``evaluate``; a method is one argument:
 
@@ -15,11 +15,12 @@ flipout    the same guide under flipout (Wen et al. 2018)
 vdp        the same guide trained and evaluated by moment propagation (VDP++)
 ibnn<K>    implicit BNN (Trinh, Kaski & Heinonen 2020): :class:`~pyrobnn.NodePrior` N(1, 0.3²) on every
            layer's inputs, :class:`~pyrobnn.MixtureNodeGuide` with K components (``ibnn4``, ``ibnn16``),
-           two learning rates (:class:`~pyrobnn.guides.TwoGroupSGD`), KL weight 0 -> 1 over 2/3 of the run
+           two learning rates (:class:`~pyrobnn.infer.optim.TwoGroupSGD`), KL weight 0 -> 1 over 2/3 of the run
 =========  =================================================================================
 
 Recipe (per model, overridable): SGD with Nesterov momentum 0.9 on the per-example loss, a linear warm-up
-over the first epoch's steps, then a cosine learning rate over the epochs, weight decay ``wd`` on the weights only, as the prior :math:`\\mathcal N(0, 1/(N\\,wd))`
+over the first epoch's steps, then a cosine learning rate over the epochs, weight decay ``wd`` on the weights only,
+as the prior :math:`\\mathcal N(0, 1/(N\\,wd))`
 (the KL of the means is then exactly that decay), KL weight ``--beta`` for the Bayesian guides.
 The corruption benchmark (``pyrobnn.data.corruptions``, CIFAR-10-C families generated in code) runs on the
 test subset at the ``--corruptions`` severities. Our CIFAR-10 copy is JPEG-compressed (lossy): numbers are
@@ -30,8 +31,8 @@ CPU check (what CI-sized runs use, a few minutes on 2 cores)::
     python examples/cifar10.py --model resnet18 --methods det mcdropout bbb --epochs 1 --train-size 2000 \\
         --test-size 200 --samples 4 --corruptions 3
 
-Writes ``reliability_<method>.png`` and ``severity.png`` to ``--out`` (plus one checkpoint per method, so a run can
-be resumed with ``--resume``) and prints a table and, last, one JSON line
+Writes ``reliability_<method>.png`` and ``severity.png`` to ``--out`` (plus one checkpoint per method, so a run
+can be resumed with ``--resume``) and prints a table and, last, one JSON line
 ``{"<model>": {"<method>": {"accuracy", "nll", "ece", "brier", "corrupted": {"accuracy", "nll", "ece"},
 "s_per_epoch", "peak_memory_mb"}}}``.
 """
@@ -42,7 +43,9 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 import pyro
 import torch
@@ -59,17 +62,18 @@ from pyrobnn import (
     NormalGuide,
     PointGuide,
 )
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.metrics import reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions, plot_metric_vs_severity
 from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from pyrobnn.device import resolve_device
-from pyrobnn.guides import FlatThenLinear, TwoGroupSGD
-from pyrobnn.models import build_model
-from pyrobnn.predict import evaluate, predict, predict_moments
-from pyrobnn.schedules import Constant, LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import FlatThenLinear, TwoGroupSGD
+from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.schedules import Constant, LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import build_net
 
 METHODS = {"det": "sample", "mcdropout": "local", "bbb": "sample", "local": "local", "flipout": "flipout",
            "vdp": "vdp", "ibnn4": "local", "ibnn16": "local"}
@@ -133,14 +137,19 @@ def parse_args(argv=None):
     return args
 
 
-def sgd(lr: float, num_data: int):
-    """SGD with Nesterov momentum on the ELBO, a sum over the N examples: the per-example rate is lr / N."""
+@dataclass(frozen=True)
+class NesterovSGD:
+    """Optimizer factory: SGD with Nesterov momentum on the ELBO, a sum over the N examples: the per-example rate
+    is lr / N; ``schedule`` (a multiplier per epoch) and ``warmup_steps`` are read by ``fit``."""
 
-    def make(model, guide):
+    lr: float
+    num_data: int
+    schedule: Optional[Callable[[int], float]] = None
+    warmup_steps: int = 0
+
+    def __call__(self, model, guide) -> torch.optim.SGD:
         params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-        return torch.optim.SGD(params, lr=lr / num_data, momentum=0.9, nesterov=True)
-
-    return make
+        return torch.optim.SGD(params, lr=self.lr / self.num_data, momentum=0.9, nesterov=True)
 
 
 def components(method: str) -> int:
@@ -151,7 +160,7 @@ def components(method: str) -> int:
 def build(args, method: str, num_data: int):
     """Model and guide of one method: the same network and likelihood for all; the Gaussian weight prior (whose
     KL on the means is the weight decay wd) for all but the implicit BNN's node prior."""
-    net = build_model(args.model, (3, 32, 32), 10)
+    net = build_net(args.model, (3, 32, 32), 10)
     k = components(method)
     prior = NodePrior(args.node_scale) if k > 1 else GaussianPrior(0.0, 1.0 / math.sqrt(num_data * args.wd))
     likelihood = Categorical(vdp_objective="cross_entropy")  # VDP++'s choice for large problems
@@ -181,16 +190,16 @@ def run_method(args, method, data, aug, device, precision):
         torch.cuda.reset_peak_memory_stats(device)
     x_train, y_train = data.x_train.to(device), data.y_train.to(device)
     cosine = lambda e: 0.5 * (1 + math.cos(math.pi * e / args.epochs))  # noqa: E731
+    warmup = round(args.warmup_epochs * math.ceil(num_data / args.batch_size))
     k = components(method)
     if k > 1:  # Trinh et al. 2020: SGD on the weights (decayed), a constant large rate on the mixture
-        training = dict(optimizer=TwoGroupSGD(lr=args.lr, variational_lr=0.2 * k, weight_decay=args.wd),
-                        lr_schedule=FlatThenLinear(args.epochs), num_particles=2,
-                        beta=LinearWarmup(0, max(1, round(2 * args.epochs / 3))))
+        training = dict(optimizer=TwoGroupSGD(lr=args.lr, variational_lr=0.2 * k, weight_decay=args.wd,
+                                              schedule=FlatThenLinear(args.epochs), warmup_steps=warmup),
+                        num_particles=2, beta=LinearWarmup(0, max(1, round(2 * args.epochs / 3))))
     else:
         beta = Constant(1.0 if method in ("det", "mcdropout") else args.beta)  # det: the KL is the weight decay
-        training = dict(optimizer=sgd(args.lr, num_data), lr_schedule=cosine, beta=beta)
-    warmup = round(args.warmup_epochs * math.ceil(num_data / args.batch_size))
-    history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, warmup_steps=warmup,
+        training = dict(optimizer=NesterovSGD(args.lr, num_data, schedule=cosine, warmup_steps=warmup), beta=beta)
+    history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size,
                   estimator=METHODS[method], transform=aug, precision=precision, seed=args.seed, device=device,
                   checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress, **training)
     samples = 1 if method == "det" else math.ceil(args.samples / k) * k  # iBNN: a multiple of K
@@ -219,7 +228,8 @@ def run_method(args, method, data, aug, device, precision):
 
 def plots(args, results, y_test):
     for method, r in results.items():
-        reliability_diagram(r["_probs"], y_test, args.out / f"reliability_{method}.png", title=f"{args.model} {method}")
+        reliability_diagram(r["_probs"], y_test, args.out / f"reliability_{method}.png",
+                            title=f"{args.model} {method}")
     if args.corruptions:
         plot_metric_vs_severity({m: r["_shift"] for m, r in results.items()}, args.out / "severity.png",
                                 title=f"CIFAR-10 {args.model}: accuracy under corruption")
@@ -245,7 +255,8 @@ def main(argv=None):
     for method, r in results.items():
         c = r["corrupted"] or {}
         table.add_row(method, *(f"{r[k]:.4f}" for k in ("accuracy", "nll", "ece", "brier")),
-                      *(f"{c[k]:.4f}" if k in c else "-" for k in ("accuracy", "nll", "ece")), f"{r['s_per_epoch']:.1f}")
+                      *(f"{c[k]:.4f}" if k in c else "-" for k in ("accuracy", "nll", "ece")),
+                      f"{r['s_per_epoch']:.1f}")
     Console(file=sys.stdout).print(table)
     report = {m: {k: v for k, v in r.items() if not k.startswith("_")} for m, r in results.items()}
     print(json.dumps({args.model: report}))

@@ -1,4 +1,4 @@
-"""Bayes by Backprop on MNIST, data-parallel over P processes with pyrobnn.distributed and the unchanged fit.
+"""Bayes by Backprop on MNIST, data-parallel over P processes (pyrobnn.infer.distributed), the unchanged fit.
 
     torchrun --nproc-per-node=2 examples/ddp_mnist.py --train-size 10000 --epochs 1
     python examples/ddp_mnist.py --train-size 10000 --epochs 1          # the same run in one process
@@ -22,11 +22,13 @@ import time
 import pyro
 import torch
 
-from pyrobnn import BayesianNetwork, NormalGuide, ScaleMixturePrior, distributed
+from pyrobnn import BayesianNetwork, NormalGuide, ScaleMixturePrior
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.data import load_dataset
-from pyrobnn.models import MLP
-from pyrobnn.predict import evaluate
-from pyrobnn.train import fit
+from pyrobnn.infer import distributed
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import MLP
 
 
 def main():
@@ -61,7 +63,7 @@ def main():
         model.to(device), guide.to(device)
         with distributed.data_parallel(model, guide):
             history = fit(model, guide, x, y, epochs=args.epochs, batch_size=args.batch_size // processes,
-                          lr=args.lr, num_particles=args.particles, num_data=processes * len(x),
+                          optimizer=Optim(lr=args.lr), num_particles=args.particles, num_data=processes * len(x),
                           seed=distributed.rank_seed(args.seed), device=device,
                           progress=main_process and not args.no_progress)
             difference = distributed.max_parameter_difference(model, guide)

@@ -41,11 +41,12 @@ from rich.table import Table
 from pyrobnn import BayesianNetwork, Gaussian, GaussianPrior, NormalGuide
 from pyrobnn.data import cubic
 from pyrobnn.guides.mixture_node import MixtureNodeGuide
-from pyrobnn.models import MLP
-from pyrobnn.predict import predictive_outputs
-from pyrobnn.priors import NodePrior
-from pyrobnn.schedules import LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.infer.schedules import LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.model.priors import NodePrior
+from pyrobnn.networks import MLP
 
 METHODS = ("bbb", "ibnn")
 NOISE = 3.0
@@ -91,7 +92,7 @@ def train_one(method: str, depth: int, data, args):
     pyro.set_rng_seed(args.seed)
     model, guide, particles = build(method, depth, data, args)
     tick = time.perf_counter()
-    history = fit(model, guide, data["x"], data["y"], epochs=args.steps, batch_size=30, lr=args.lr,
+    history = fit(model, guide, data["x"], data["y"], epochs=args.steps, batch_size=30, optimizer=Optim(lr=args.lr),
                   beta=LinearWarmup(0, 2 * args.steps // 3), estimator="local", num_particles=particles,
                   seed=args.seed, progress=False)
     metrics, band = evaluate_run(model, guide, data, args)
@@ -172,12 +173,14 @@ def main():
     for depth in args.depths:
         r = results[f"depth_{depth}"]
         table.add_row(str(depth), *(f"{r[m]['test_ll']:.3f}" for m in METHODS),
-                      *(f"{r[m]['ll_out_of_range']:.3f}" for m in METHODS), *(f"{r[m]['seconds']:.0f}" for m in METHODS))
+                      *(f"{r[m]['ll_out_of_range']:.3f}" for m in METHODS),
+                      *(f"{r[m]['seconds']:.0f}" for m in METHODS))
     console.print(table)
     deepest = f"depth_{max(args.depths)}"
     better = results[deepest]["ibnn"]["test_ll"] > results[deepest]["bbb"]["test_ll"]
-    console.print(f"at depth {max(args.depths)} the iBNN's test log-likelihood {'beats' if better else 'does NOT beat'} "
-                  f"BBB's; wrote {args.out}/ibnn_cubic.png and one PNG per method and depth; total "
+    console.print(f"at depth {max(args.depths)} the iBNN's test log-likelihood "
+                  f"{'beats' if better else 'does NOT beat'} BBB's; wrote {args.out}/ibnn_cubic.png and one PNG per "
+                  f"method and depth; total "
                   f"{time.perf_counter() - start:.0f} s")
     print(json.dumps({depth: {m: {k: round(r[m][k], 4) for k in ("test_ll", "ll_out_of_range")} for m in METHODS}
                       for depth, r in results.items()}))

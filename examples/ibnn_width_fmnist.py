@@ -2,7 +2,7 @@
 
 Trinh, Kaski & Heinonen (2020), "Scalable Bayesian neural networks by layer-wise input augmentation",
 Fig. 4: LeNet with x1, x4, x16 (x64) times the parameters, BNN-VI against iBNN. Here LeNet-5 (conv 6, 16;
-FC 120, 84; ``pyrobnn.models.LeNet5``) with every layer ``--widths`` times as wide, so x4 and x16 the
+FC 120, 84; ``pyrobnn.networks.LeNet5``) with every layer ``--widths`` times as wide, so x4 and x16 the
 parameters at widths 2 and 4 (62K, 244K, 973K parameters), trained on a seeded subset of ``--train-size``
 Fashion-MNIST images (inputs standardised) for ``--epochs`` epochs, on CPU:
 
@@ -16,8 +16,8 @@ Fashion-MNIST images (inputs standardised) for ``--epochs`` epochs, on CPU:
 Both: Adam at ``--lr`` on the network and the guide (``fit(optimizer=...)`` with the variational parameters of
 the iBNN at ``--variational-lr-factor`` times it, the paper's large variational rate), batch ``--batch-size``,
 the KL weight rising linearly from 0 to 1 over the first two thirds of the epochs. Test (``--test-size`` images):
-error of the predictive mean probabilities and NLL of the Monte-Carlo predictive, -log (1/S) Σ_s p_s(y|x), with S =
-``--samples`` draws (a multiple of K: every component drawn equally, the paper's 5·K at ``--samples 20``).
+error of the predictive mean probabilities and NLL of the Monte-Carlo predictive, -log (1/S) Σ_s p_s(y|x), with
+S = ``--samples`` draws (a multiple of K: every component drawn equally, the paper's 5·K at ``--samples 20``).
 
 Prints a table, then as the last line one JSON object ``{"x1": {"params": .., "bnn_vi": {"nll", "error",
 "seconds"}, "ibnn": {...}}, "x4": ..., "x16": ..., "bnn_vi_nll_degrades": .., "ibnn_nll_degrades": ..}``
@@ -43,11 +43,12 @@ from rich.table import Table
 from pyrobnn import BayesianNetwork, GaussianPrior, NormalGuide
 from pyrobnn.data import load_fashion_mnist
 from pyrobnn.guides.mixture_node import MixtureNodeGuide
-from pyrobnn.models.lenet import LeNet5
-from pyrobnn.predict import predictive_outputs
-from pyrobnn.priors import NodePrior
-from pyrobnn.schedules import LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.infer.schedules import LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.model.priors import NodePrior
+from pyrobnn.networks.lenet import LeNet5
 
 METHODS = ("bnn_vi", "ibnn")
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST pixel statistics
@@ -58,7 +59,7 @@ def build(method: str, width: float, num_data: int, args):
     net = LeNet5(1, 10, 28, width=width)
     if method == "bnn_vi":
         model = BayesianNetwork(net, prior=GaussianPrior(0.0, 1.0), num_data=num_data)
-        return model, NormalGuide(model, init_rho=args.init_rho, name=f"bnn{width}"), "adam"
+        return model, NormalGuide(model, init_rho=args.init_rho, name=f"bnn{width}"), Optim(lr=args.lr)
     model = BayesianNetwork(net, prior=NodePrior(args.node_scale), num_data=num_data)
     guide = MixtureNodeGuide(model, num_components=args.components, init_scale=args.init_scale, name=f"ibnn{width}")
 
@@ -121,7 +122,7 @@ def main():
             results[key]["params"] = sum(p.numel() for p in model.net.parameters()) + sum(
                 s.init.numel() for s in model.sites() if method == "bnn_vi")
             tick = time.perf_counter()
-            fit(model, guide, x, y, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, optimizer=optimizer,
+            fit(model, guide, x, y, epochs=args.epochs, batch_size=args.batch_size, optimizer=optimizer,
                 beta=LinearWarmup(0, max(1, 2 * args.epochs // 3)), estimator="local", seed=args.seed, progress=False)
             metrics = test_metrics(model, guide, x_test, y_test, args)
             metrics["seconds"] = time.perf_counter() - tick

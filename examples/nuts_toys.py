@@ -1,7 +1,7 @@
 """NUTS against variational guides on the toy problems: two moons, y = x³ (with a depth study), the sinusoid.
 
-NUTS (``pyrobnn.mcmc.sample_posterior``) samples the exact posterior of a Bayesian MLP; the guides
-are trained by ``pyrobnn.train.fit`` on the same model (same network, prior and likelihood) and the
+NUTS (``pyrobnn.infer.mcmc.sample_posterior``) samples the exact posterior of a Bayesian MLP; the guides
+are trained by ``pyrobnn.infer.svi.fit`` on the same model (same network, prior and likelihood) and the
 same data, and every predictive is compared with NUTS's (SPEC section 6):
 
 - ``two_moons``: 1000 points, 50 for training and 950 for testing, inputs standardised with the training
@@ -50,7 +50,7 @@ Adam on the exact ELBO (β ramped linearly from 0 to 1 over the first ``--anneal
 - ``additive``: additive (sparse) variational dropout (Molchanov et al. 2017), ``AdditiveDropoutGuide``;
 - ``multiplicative``: variational dropout (Kingma et al. 2015), ``MultiplicativeDropoutGuide``, α ≤ 1;
 - ``vdp``: VDP++ (moment propagation, ``estimator="vdp"``; ``NormalGuide``, one σ per weight),
-  predictions by ``pyrobnn.predict.predict_moments`` (its epistemic map: the mutual information of
+  predictions by ``pyrobnn.infer.predict.predict_moments`` (its epistemic map: the mutual information of
   Gaussian logits N(mean, var) with the propagated moments, 200 draws). Its objective is not this
   model's ELBO: classification scores one-hot targets by Gaussians on the softmax moments (VDP++
   eq. 11), regression by log N(y; mean, var + σ²), where the exact expected log-likelihood has
@@ -83,8 +83,8 @@ for the 2-50-50-2 net) when another process is busy. ``--threads 1`` is the defa
     python examples/nuts_toys.py --problems cubic --depths 1 2 3
 
 Prints a table per problem, the depth study, the checks (R-hat <= 1.05, divergences <= 1 %, NUTS's test
-log-likelihood against each guide's), the total time (from after the imports), writes the PNGs to ``--out``, and prints as its
-last line one JSON object ``{"two_moons": {"nuts": {"test_ll", "accuracy", "ece", "r_hat_max", "ess_min",
+log-likelihood against each guide's), the total time (from after the imports), writes the PNGs to ``--out``, and
+prints as its last line one JSON object ``{"two_moons": {"nuts": {"test_ll", "accuracy", "ece", "r_hat_max", "ess_min",
 "divergence_rate", "seconds", ...}, "bbb": {"test_ll", "accuracy", "ece", "kl_to_nuts", "seconds"}, ...},
 "cubic": {"nuts": {"test_ll", "rmse", "coverage95", ...}, "bbb": {..., "w2_to_nuts"}, ...},
 "sinusoid": {...}, "cubic_depth": {"1": {"nuts": {...}, "bbb": {...}}, ..., "cut": ...},
@@ -123,13 +123,14 @@ from pyrobnn import (
 from pyrobnn.analysis.metrics import classification_metrics, regression_metrics
 from pyrobnn.data import cubic, sinusoid, two_moons
 from pyrobnn.distributions import IsotropicNormal
-from pyrobnn.likelihoods import uncertainty
-from pyrobnn.mcmc import FlatPotential, sample_posterior
-from pyrobnn.models import MLP
-from pyrobnn.moments import Moments
-from pyrobnn.predict import predict, predict_moments
-from pyrobnn.schedules import Constant, LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.handlers.moments import Moments
+from pyrobnn.infer.mcmc import FlatPotential, sample_posterior
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.schedules import Constant, LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.model.likelihoods import uncertainty
+from pyrobnn.networks import MLP
 
 PROBLEMS = ("two_moons", "cubic", "sinusoid")
 METHODS = ("bbb", "dense", "additive", "multiplicative", "mcdropout", "ibnn", "vdp", "deterministic")
@@ -263,7 +264,7 @@ def train_guide(problem: Problem, method: str, net, args, tag: str):
     bayesian = method != "deterministic"
     tick = time.perf_counter()
     fit(model, guide, problem.x_train, problem.y_train, epochs=args.epochs, batch_size=len(problem.x_train),
-        lr=args.lr, beta=LinearWarmup(0, args.anneal) if bayesian else Constant(0.0),
+        optimizer=Optim(lr=args.lr), beta=LinearWarmup(0, args.anneal) if bayesian else Constant(0.0),
         num_particles=args.particles if bayesian and method != "vdp" else 1,
         estimator="vdp" if method == "vdp" else args.estimator if bayesian else "sample",
         seed=args.seed, progress=False, device="cpu")
@@ -364,8 +365,9 @@ def run_problem(problem: Problem, args) -> tuple[dict, dict]:
                               grids["nuts"], None) | nuts_summary(result, seconds)}
     d = result.diagnostics
     console.print(f"{problem.name} nuts: {seconds:.1f} s, {d['num_weights']} weights, R-hat max {d['r_hat_max']:.3f}, "
-                  f"ESS min {metrics['nuts']['ess_min']:.0f}, {d['divergences']} divergences, {d['leapfrog_steps']:.0f} leapfrog "
-                  f"steps/draw, step size {[round(c['step_size'], 4) for c in d['chains']]}")
+                  f"ESS min {metrics['nuts']['ess_min']:.0f}, {d['divergences']} divergences, "
+                  f"{d['leapfrog_steps']:.0f} leapfrog steps/draw, "
+                  f"step size {[round(c['step_size'], 4) for c in d['chains']]}")
     for warning in d["warnings"]:
         console.print(f"[yellow]{problem.name} nuts: {warning}")
     for method in args.methods:

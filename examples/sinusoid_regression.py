@@ -29,11 +29,13 @@ from rich.console import Console
 from rich.table import Table
 
 from pyrobnn import AdditiveDropoutGuide, BayesianNetwork, Gaussian, GaussianPrior, LogUniformPrior, NormalGuide
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.data import sinusoid
-from pyrobnn.models import MLP
-from pyrobnn.predict import evaluate, predict
-from pyrobnn.schedules import Constant, LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predict
+from pyrobnn.infer.schedules import Constant, LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import MLP
 
 GRID = torch.linspace(-0.5, 1.0, 301).unsqueeze(-1)
 
@@ -77,15 +79,16 @@ def main():
         model, guide = build(method, copy.deepcopy(net))
         bayesian = method != "deterministic"
         beta = LinearWarmup(args.warmup, args.anneal) if bayesian else Constant(0.0)
-        fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=len(data.x_train), lr=args.lr,
-            beta=beta, seed=args.seed, progress=False, device="cpu")
+        fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=len(data.x_train),
+            optimizer=Optim(lr=args.lr), beta=beta, seed=args.seed, progress=False, device="cpu")
         pyro.set_rng_seed(args.seed)
         samples = args.samples if bayesian else 1
         metrics = evaluate(model, guide, data.x_test, data.y_test, num_samples=samples)
         bands[method] = predict(model, guide, GRID, num_samples=samples)
         within, outside = band_width(bands[method], inside)
-        results[method] = {"mse": metrics["rmse"] ** 2, "nll": metrics["nll"], "noise_scale": float(model.likelihood.scale.detach()),
-                           "std_inside": within, "std_outside": outside}
+        results[method] = {"mse": metrics["rmse"] ** 2, "nll": metrics["nll"],
+                           "noise_scale": float(model.likelihood.scale.detach()), "std_inside": within,
+                           "std_outside": outside}
 
     table = Table(title=f"sinusoid regression, 40 training points, {args.epochs} epochs")
     for column in ("method", "test MSE", "test NLL", "noise σ", "band std in / out of data"):

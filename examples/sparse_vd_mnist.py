@@ -50,12 +50,13 @@ from pyrobnn import (
     MultiplicativeDropoutGuide,
     NormalGuide,
 )
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, record_sparsity, sparsity
 from pyrobnn.data import load_dataset
-from pyrobnn.models import MLP
-from pyrobnn.predict import evaluate
-from pyrobnn.schedules import Constant, LinearWarmup
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.schedules import Constant, LinearWarmup
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import MLP
 
 METHODS = ("dense", "additive", "multiplicative")
 T_VALUES = (1, 2, 5, 10, 20, 50)
@@ -84,8 +85,8 @@ def train_method(method: str, data, pretrained: torch.nn.Module | None, args) ->
         epochs, beta = args.epochs - args.epochs // 2, LinearWarmup(0, max(1, (args.epochs - args.epochs // 2) // 2))
     else:  # Bayesian warm-up: KL off, then annealed
         epochs, beta = args.epochs, LinearWarmup(args.epochs // 4, max(1, args.epochs // 4))
-    fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=128, lr=args.lr, beta=beta,
-        estimator="local", seed=args.seed, device=args.device, progress=False,
+    fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=128, optimizer=Optim(lr=args.lr),
+        beta=beta, estimator="local", seed=args.seed, device=args.device, progress=False,
         on_epoch_end=[record_sparsity(guide),
                       lambda e, r: print(f"{method} epoch {e + 1}: nll {r['nll']:.4g} (per example) kl {r['kl']:.4g} "
                                          f"nats sparsity {r['sparsity']:.3f} {r['seconds']:.1f}s", flush=True)])
@@ -98,8 +99,8 @@ def pretrain(data, args) -> torch.nn.Module:
     net = MLP(784, (300, 100), 10)
     model = BayesianNetwork(net, deterministic=True)
     guide = NormalGuide(model, name="pretrain")
-    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs // 2, batch_size=128, lr=args.lr,
-        beta=Constant(0.0), seed=args.seed, device=args.device, progress=False)
+    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs // 2, batch_size=128,
+        optimizer=Optim(lr=args.lr), beta=Constant(0.0), seed=args.seed, device=args.device, progress=False)
     pretrained = MLP(784, (300, 100), 10)  # a plain nn.Module again, with the trained weights
     pretrained.load_state_dict(model.net.state_dict())
     accuracy = evaluate(model, guide, data.x_test, data.y_test, num_samples=1)["accuracy"]
@@ -176,8 +177,8 @@ def main():
     for t in T_VALUES:
         errors.add_column(f"T={t}", justify="right")
     for method, r in results.items():
-        errors.add_row(method, *(f"{100 * r['error_vs_T'][str(t)]['mean']:.2f} ± {100 * r['error_vs_T'][str(t)]['std']:.2f}"
-                                 for t in T_VALUES))
+        cells = (r["error_vs_T"][str(t)] for t in T_VALUES)
+        errors.add_row(method, *(f"{100 * e['mean']:.2f} ± {100 * e['std']:.2f}" for e in cells))
     console.print(errors)
     print(json.dumps(results))
 

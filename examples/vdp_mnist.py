@@ -3,7 +3,7 @@
 VDP++ is the variance-only density propagation of "Efficient Scaling of Bayesian Neural Networks"
 (IEEE Access 2024); Bayes by Backprop is weight sampling (Blundell et al. 2015).
 
-The same LeNet-5 (``pyrobnn.models.LeNet5``), the same Gaussian prior N(0, 0.1^2) and the same
+The same LeNet-5 (``pyrobnn.networks.LeNet5``), the same Gaussian prior N(0, 0.1^2) and the same
 diagonal Normal guide train by weight sampling (BBB) and, under the ``vdp`` handler, by
 variance-only moment propagation (VDP++); a deterministic LeNet-5 is the baseline. Then the
 three analyses of the VDP++ paper:
@@ -14,7 +14,7 @@ three analyses of the VDP++ paper:
 - cost (Fig. 1a-b): ms per step, s per epoch and peak memory at batch 512 against the
   deterministic net and BBB (``pyrobnn.analysis.cost``);
 
-and a small ViT (``pyrobnn.models.ViT``: multi-head self-attention, LayerNorm, GELU) trained by
+and a small ViT (``pyrobnn.networks.ViT``: multi-head self-attention, LayerNorm, GELU) trained by
 VDP++ on a subset, to show the transformer rules learn (the VDP++ paper's VDP-ViT on MNIST).
 
     python examples/vdp_mnist.py --epochs 5
@@ -36,14 +36,15 @@ from rich.table import Table
 
 from pyrobnn import BayesianNetwork, Categorical, GaussianPrior, NormalGuide
 from pyrobnn.analysis.cost import compare_training_cost, cost_table
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import pruning_curve
 from pyrobnn.analysis.robustness import deterministic_predictor, moment_predictor, noise_robustness, sampling_predictor
 from pyrobnn.data import load_dataset
 from pyrobnn.device import resolve_device
-from pyrobnn.models import LeNet5, ViT
-from pyrobnn.predict import evaluate
-from pyrobnn.schedules import Constant
-from pyrobnn.train import fit
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.schedules import Constant
+from pyrobnn.infer.svi import fit
+from pyrobnn.networks import LeNet5, ViT
 
 METHODS = ("det", "bbb", "vdp")
 COLORS = {"det": "C0", "bbb": "C1", "vdp": "C2"}
@@ -58,8 +59,9 @@ def train(method: str, data, args):
     model = BayesianNetwork(LeNet5(1, 10), likelihood, prior=GaussianPrior(0.0, args.prior_scale),
                             deterministic=method == "det")
     guide = NormalGuide(model, init_rho=args.init_rho, share=args.share if method == "vdp" else "weight", name=method)
-    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        beta=Constant(args.beta), estimator={"det": "sample", "bbb": "sample", "vdp": "vdp"}[method],
+    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=args.batch_size,
+        optimizer=Optim(lr=args.lr), beta=Constant(args.beta),
+        estimator={"det": "sample", "bbb": "sample", "vdp": "vdp"}[method],
         seed=args.seed, device=args.device, progress=not args.no_progress,
         on_epoch_end=lambda epoch, r: print(f"{method} epoch {epoch + 1}: loss {r['loss']:.4g} nll {r['nll']:.4g} "
                                             f"(per example) kl {r['kl']:.4g} nats {r['seconds']:.1f}s", flush=True))
@@ -70,10 +72,12 @@ def train_vit(data, args) -> dict[str, float]:
     """The small ViT (attention, LayerNorm, GELU, positional embedding) trained by VDP++ on a subset."""
     pyro.set_rng_seed(args.seed)
     n = min(args.vit_train_size, len(data.x_train))
-    model = BayesianNetwork(ViT(), Categorical(vdp_objective=args.objective), prior=GaussianPrior(0.0, args.prior_scale))
+    model = BayesianNetwork(ViT(), Categorical(vdp_objective=args.objective),
+                            prior=GaussianPrior(0.0, args.prior_scale))
     guide = NormalGuide(model, init_rho=args.init_rho, share=args.share, name="vit")
     history = fit(model, guide, data.x_train[:n], data.y_train[:n], epochs=args.vit_epochs,
-                  batch_size=args.batch_size, lr=1e-3, beta=Constant(args.beta), estimator="vdp", seed=args.seed,
+                  batch_size=args.batch_size, optimizer=Optim(lr=1e-3), beta=Constant(args.beta), estimator="vdp",
+                  seed=args.seed,
                   device=args.device, progress=not args.no_progress,
                   on_epoch_end=lambda epoch, r: print(f"vit epoch {epoch + 1}: nll {r['nll']:.4g} {r['seconds']:.1f}s",
                                                       flush=True))

@@ -1,47 +1,73 @@
-"""pyrobnn: Bayesian neural networks on Pyro."""
+"""pyrobnn: Bayesian neural networks on Pyro.
 
-from .conversion import bayesian, bayesian_sites, last_layer
-from .elbo import MeanFieldELBO
-from .guides import (
+The layers, from the ground up (``tests/test_layers.py`` enforces them): ground utilities (``checks``,
+``files``, ``device``, ``checkpoint``, ``_compat``); ``distributions``, ``data``, ``networks``; ``handlers``
+(how a model runs); ``model`` (what it is); ``guides`` (posterior families); ``infer`` (ELBO, SVI, prediction,
+NUTS); ``analysis``; ``cli``.
+"""
+
+from pyrobnn._version import __version__
+from pyrobnn.analysis.evaluate import evaluate
+from pyrobnn.guides import (
     AdditiveDropoutGuide,
     DropoutGuide,
     MixtureNodeGuide,
     MultiplicativeDropoutGuide,
     NormalGuide,
     PointGuide,
+    PosteriorDraws,
     SiteGuide,
 )
-from .handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
-from .likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
-from .model import BayesianNetwork
-from .priors import GaussianPrior, LogUniformPrior, NodePrior, Prior, ScaleMixturePrior
-
-__version__ = "0.1.0"
+from pyrobnn.handlers import flipout, kl_annealing, local_reparameterization, vdp, weight_sampling
+from pyrobnn.infer import MeanFieldELBO, Optim, fit, predict, predict_moments, sample_posterior, svi_step
+from pyrobnn.model import (
+    BayesianNetwork,
+    Categorical,
+    Gaussian,
+    GaussianPrior,
+    HeteroscedasticGaussian,
+    LogUniformPrior,
+    NodePrior,
+    Prior,
+    ScaleMixturePrior,
+    bayesian,
+    bayesian_sites,
+    last_layer,
+)
 
 __all__ = [
+    "__version__",
     "AdditiveDropoutGuide",
     "BayesianNetwork",
-    "DropoutGuide",
-    "MixtureNodeGuide",
-    "NodePrior",
-    "PointGuide",
-    "LogUniformPrior",
-    "MultiplicativeDropoutGuide",
-    "flipout",
-    "local_reparameterization",
-    "vdp",
-    "weight_sampling",
     "Categorical",
+    "DropoutGuide",
     "Gaussian",
     "GaussianPrior",
     "HeteroscedasticGaussian",
+    "LogUniformPrior",
     "MeanFieldELBO",
+    "MixtureNodeGuide",
+    "MultiplicativeDropoutGuide",
+    "NodePrior",
     "NormalGuide",
+    "Optim",
+    "PointGuide",
+    "PosteriorDraws",
     "Prior",
     "ScaleMixturePrior",
     "SiteGuide",
     "bayesian",
     "bayesian_sites",
+    "evaluate",
+    "fit",
+    "flipout",
     "kl_annealing",
     "last_layer",
+    "local_reparameterization",
+    "predict",
+    "predict_moments",
+    "sample_posterior",
+    "svi_step",
+    "vdp",
+    "weight_sampling",
 ]

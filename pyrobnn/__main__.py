@@ -1,5 +1,5 @@
 """``python -m pyrobnn``: the same as the ``pyrobnn`` console script."""
 
-from .cli import main
+from pyrobnn.cli import main
 
 main()

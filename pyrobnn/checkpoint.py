@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import atomic_write
+from pyrobnn.checks import one_line
+from pyrobnn.files import atomic_write
 
 __all__ = ["save_checkpoint", "load_checkpoint", "rng_state", "set_rng_state", "FORMAT", "REQUIRED_KEYS"]
 
@@ -34,7 +35,7 @@ FORMAT = 2
 
 REQUIRED_KEYS = ("model", "guide", "epoch")
 """Keys every pyrobnn checkpoint has (with ``optimizer``, ``scheduler``, ``history``, ``rng`` and
-``config`` for one written by :func:`pyrobnn.train.fit`)."""
+``config`` for one written by :func:`pyrobnn.infer.svi.fit`)."""
 
 
 def rng_state() -> dict:
@@ -78,18 +79,12 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> Path:
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _unsafe_reason(message: str) -> str:
     found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message)
     if found:
         return f"it stores a pickled {found.group(1)} object"
     found = re.search(r"WeightsUnpickler error:\s*(.+)", message)
-    return f"it is not a plain tensor file ({_one_line(found.group(1), 80)})" if found else "it stores pickled objects"
+    return f"it is not a plain tensor file ({one_line(found.group(1), 80)})" if found else "it stores pickled objects"
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, trusted: bool = False) -> dict:
@@ -120,14 +115,14 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, trusted: boo
             raise ValueError(f"checkpoint {path} refused: {_unsafe_reason(message)}, and loading it could run "
                              "arbitrary code; pyrobnn checkpoints hold only tensors and plain values (load a "
                              "file you trust with load_checkpoint(path, trusted=True))") from None
-        raise ValueError(f"checkpoint {path} is not a PyTorch checkpoint ({_one_line(message, 80)})") from None
+        raise ValueError(f"checkpoint {path} is not a PyTorch checkpoint ({one_line(message, 80)})") from None
     except (RuntimeError, EOFError, ValueError, OSError, IndexError, KeyError, TypeError) as error:
         if isinstance(error, EOFError):
             detail = "the file is truncated or empty"
         elif "central directory" in str(error):
             detail = "the file is truncated or corrupt (no zip central directory)"
         else:
-            detail = f"it is not a file written by torch.save ({_one_line(str(error), 80) or type(error).__name__})"
+            detail = f"it is not a file written by torch.save ({one_line(str(error), 80) or type(error).__name__})"
         raise ValueError(f"checkpoint {path} cannot be read: {detail}") from None
     if not isinstance(state, dict):
         raise ValueError(f"checkpoint {path} is not a pyrobnn checkpoint: it holds a {type(state).__name__}, "
@@ -135,5 +130,5 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu", *, trusted: boo
     missing = [key for key in REQUIRED_KEYS if key not in state]
     if missing:
         raise ValueError(f"checkpoint {path} is not a pyrobnn checkpoint: it has no {', '.join(missing)} "
-                         "entries (it was not written by `pyrobnn train` or pyrobnn.train.fit)")
+                         "entries (it was not written by `pyrobnn train` or pyrobnn.infer.svi.fit)")
     return state

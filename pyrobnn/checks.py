@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 __all__ = [
     "finite", "positive", "nonnegative", "in_range", "positive_int", "nonnegative_int", "choice",
-    "check_probs", "check_labels",
+    "check_probs", "check_labels", "one_line",
 ]
 
 
@@ -133,3 +134,10 @@ def check_labels(y, num_classes: int | None, what: str = "labels", *,
             f"{what}: label {low if low < 0 else high} is out of range for {num_classes} classes "
             f"(labels must lie in [0, {num_classes - 1}])"
         )
+
+
+def one_line(text, limit: int | None = None) -> str:
+    """A message on one line: no colour codes, no shapes table (which Pyro appends to errors raised at a site),
+    white space folded, cut to ``limit`` characters when given."""
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text).split("Trace Shapes:")[0]).split())
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."

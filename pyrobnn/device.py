@@ -8,6 +8,10 @@ from torch import nn
 __all__ = ["resolve_device", "device_of"]
 
 
+DEVICE_METAVAR = "{auto,cpu,cuda,cuda:N}"
+"""The device choices as the command line shows them (:func:`resolve_device` takes each)."""
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` (CUDA when present, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
     if isinstance(device, torch.device):
@@ -20,7 +24,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but CUDA is not available here: use --device cpu or auto")
         return torch.device(device)
-    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    raise ValueError(f"device must be one of {DEVICE_METAVAR}, got {device!r}")
 
 
 def device_of(*modules: nn.Module) -> torch.device:

@@ -45,7 +45,7 @@ from pyro.distributions import TorchDistribution, constraints
 from pyro.distributions.util import sum_rightmost
 from torch.distributions import Independent, Normal, kl_divergence, register_kl
 
-from .checks import choice
+from pyrobnn.checks import choice
 
 __all__ = [
     "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
@@ -225,7 +225,8 @@ def kingma_kl(log_alpha: torch.Tensor) -> torch.Tensor:
 
 
 def molchanov_kl(log_alpha: torch.Tensor) -> torch.Tensor:
-    r"""Elementwise :math:`\mathrm{KL} \approx k_1 - k_1\,\sigma(k_2 + k_3\log\alpha) + \tfrac12\log(1 + e^{-\log\alpha})`
+    r"""Elementwise
+    :math:`\mathrm{KL} \approx k_1 - k_1\,\sigma(k_2 + k_3\log\alpha) + \tfrac12\log(1 + e^{-\log\alpha})`
     (zero as :math:`\alpha \to \infty`)."""
     k1, k2, k3 = MOLCHANOV_CONSTANTS
     return k1 - k1 * torch.sigmoid(k2 + k3 * log_alpha) + 0.5 * torch.nn.functional.softplus(-log_alpha)
@@ -360,7 +361,7 @@ class DropoutWeight(TorchDistribution):
     def expand(self, batch_shape, _instance=None):
         if torch.Size(batch_shape) != self.batch_shape:
             raise ValueError("DropoutWeight is one event per weight tensor and cannot be batched (no vectorized "
-                             "plates: use pyrobnn.predict for vectorized draws)")
+                             "plates: use pyrobnn.infer.predict for vectorized draws)")
         return self
 
 
@@ -439,7 +440,8 @@ class EqualMixtureNormal(TorchDistribution):
     def expand(self, batch_shape, _instance=None):
         if torch.Size(batch_shape) != self.batch_shape:
             raise ValueError("EqualMixtureNormal is one event per tensor and cannot be batched (no vectorized "
-                             "plates: use pyrobnn.predict or an estimator handler's num_particles for draws in one pass)")
+                             "plates: use pyrobnn.infer.predict or an estimator handler's num_particles for draws in "
+                             "one pass)")
         return self
 
     def component_draws(self, components: torch.Tensor) -> torch.Tensor:

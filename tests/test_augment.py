@@ -145,7 +145,8 @@ def test_same_code_on_cuda():
     (lambda: ImageAugment.for_dataset("imagenet"), ValueError, "no channel statistics"),
     (lambda: ImageAugment.for_dataset("cifar10")(torch.zeros(2, 1, 4, 4, dtype=torch.uint8)), ValueError,
      "1 channels but mean/std have 3"),
-    (lambda: ImageAugment.for_dataset("cifar10")(torch.zeros(3, 4, 4, dtype=torch.uint8)), ValueError, r"\(N, C, H, W\)"),
+    (lambda: ImageAugment.for_dataset("cifar10")(torch.zeros(3, 4, 4, dtype=torch.uint8)), ValueError,
+     r"\(N, C, H, W\)"),
     (lambda: ImageAugment.for_dataset("cifar10")(torch.zeros(1, 3, 4, 4, dtype=torch.int32)), ValueError, "uint8"),
     (lambda: ImageAugment.for_dataset("cifar10")(np.zeros((1, 3, 4, 4))), TypeError, "torch.Tensor"),
 ])
@@ -171,7 +172,8 @@ def test_folder_loader_gives_uint8_without_conversion(tmp_path):
         for cls in ("a", "b"):
             (tmp_path / split / cls).mkdir(parents=True)
             for i in range(3):
-                Image.fromarray(rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)).save(tmp_path / split / cls / f"{i}.png")
+                Image.fromarray(rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)).save(
+                    tmp_path / split / cls / f"{i}.png")
     raw = images.load_folder(tmp_path, dtype=torch.uint8)
     scaled = images.load_folder(tmp_path)
     assert raw.x_train.dtype == torch.uint8 and raw.x_test.dtype == torch.uint8

@@ -15,7 +15,7 @@ from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pyrobnn.data import two_moons
 from pyrobnn.files import atomic_write, check_writable, write_json
-from pyrobnn.train import fit
+from pyrobnn.infer.svi import fit
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import torch
 
 from pyrobnn import checks
 from pyrobnn.distributions import DropoutNormal
-from pyrobnn.likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
-from pyrobnn.priors import GaussianPrior, ScaleMixturePrior
-from pyrobnn.schedules import Constant, LinearWarmup, geometric_weights
+from pyrobnn.infer.schedules import Constant, LinearWarmup, geometric_weights
+from pyrobnn.model.likelihoods import Categorical, Gaussian, HeteroscedasticGaussian
+from pyrobnn.model.priors import GaussianPrior, ScaleMixturePrior
 
 NOT_NUMBERS = [True, False, None, "1", float("nan"), float("inf"), -float("inf"), torch.tensor(1.0), [1.0]]
 

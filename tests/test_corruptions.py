@@ -30,8 +30,8 @@ from pyrobnn.data.corruptions import (
     psnr,
     salt_and_pepper,
 )
-from pyrobnn.predict import predict
-from pyrobnn.train import svi_step
+from pyrobnn.infer.predict import predict
+from pyrobnn.infer.svi import svi_step
 
 SHARED = Path(os.environ.get("PYROBNN_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 NOT_MONOTONE = {"saturate", "spatter", "glass_blur", "elastic_transform"}  # published parameters (module docstring)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pyrobnn.analysis.cost import LiveTensorMemory, compare_training_cost, peak_memory, time_steps, training_step
-from pyrobnn.models import MLP
+from pyrobnn.networks import MLP
 
 MIB = 2**20
 

@@ -1,4 +1,4 @@
-"""Data-parallel SVI (pyrobnn.distributed) with two gloo processes on the CPU against one process.
+"""Data-parallel SVI (pyrobnn.infer.distributed) with two gloo processes on the CPU against one process.
 
 One start of two processes runs every scenario and saves what it saw; the tests compare it with the
 same computation done here in one process on the concatenated batch (float64, fixed seeds).
@@ -17,8 +17,9 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from pyrobnn import BayesianNetwork, NormalGuide
-from pyrobnn import distributed as ddp
-from pyrobnn.train import fit, make_optimizer, svi_step
+from pyrobnn.infer import distributed as ddp
+from pyrobnn.infer.optim import Optim, make_optimizer
+from pyrobnn.infer.svi import fit, svi_step
 
 WORLD = 2
 NUM_DATA = 64  # the global N the likelihood is scaled by
@@ -88,7 +89,7 @@ def _worker(index: int, port: int, out: str) -> None:
         xs, ys = ddp.shard(*_classification_data())
         model, guide = _problem(20 + index)
         with ddp.data_parallel(model, guide):
-            history = fit(model, guide, xs, ys, epochs=4, batch_size=8, lr=0.05, estimator="local",
+            history = fit(model, guide, xs, ys, epochs=4, batch_size=8, optimizer=Optim(lr=0.05), estimator="local",
                           num_data=ddp.world_size() * len(xs), seed=ddp.rank_seed(0), device=device, progress=False)
             record["fit"] = {"loss": history["loss"], "final": _state(model, guide, "data"),
                              "difference": ddp.max_parameter_difference(model, guide)}

@@ -11,10 +11,12 @@ from torch import nn
 from torch.distributions import kl_divergence
 
 from pyrobnn import BayesianNetwork, DropoutGuide, GaussianPrior, MeanFieldELBO, PointGuide
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.distributions import DropoutWeight
 from pyrobnn.handlers import ESTIMATORS, local_reparameterization, vdp
-from pyrobnn.predict import evaluate, predictive_outputs
-from pyrobnn.train import fit, svi_step
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.infer.svi import fit, svi_step
 
 
 def _mlp(seed=0, sizes=(4, 6, 3)):
@@ -178,7 +180,7 @@ def test_fit_trains_mc_dropout_and_it_swaps_in_by_one_argument():
     for name, make in {"dropout": lambda m: DropoutGuide(m, rate=0.1), "point": PointGuide}.items():
         model = BayesianNetwork(_mlp(sizes=(4, 32, 2)))
         guide = make(model)
-        fit(model, guide, x, y, epochs=30, batch_size=64, lr=0.01, progress=False)
+        fit(model, guide, x, y, epochs=30, batch_size=64, optimizer=Optim(lr=0.01), progress=False)
         results[name] = evaluate(model, guide, x, y, num_samples=10)["accuracy"]
     assert min(results.values()) > 0.85, results
 

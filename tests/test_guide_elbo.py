@@ -27,8 +27,8 @@ from pyrobnn import (
     kl_annealing,
     last_layer,
 )
-from pyrobnn.predict import predict
-from pyrobnn.schedules import Constant, Geometric, LinearWarmup, geometric_weights
+from pyrobnn.infer.predict import predict
+from pyrobnn.infer.schedules import Constant, Geometric, LinearWarmup, geometric_weights
 
 
 def small_mlp(d_in=4, hidden=8, d_out=3, seed=0):
@@ -248,14 +248,15 @@ def test_scale_mixture_kl_is_the_single_sample_log_ratio():
 # ----------------------------------------------------------------------------- the README script
 
 
-@pytest.mark.parametrize("loss", [pyrobnn.MeanFieldELBO(), pyro.infer.Trace_ELBO()], ids=["MeanFieldELBO", "Trace_ELBO"])
+@pytest.mark.parametrize("loss", [pyrobnn.MeanFieldELBO(), pyro.infer.Trace_ELBO()],
+                         ids=["MeanFieldELBO", "Trace_ELBO"])
 def test_readme_twenty_line_svi_script(loss):
     import pyro
     from torch import nn
 
     import pyrobnn
     from pyrobnn.data import two_moons
-    from pyrobnn.predict import predict
+    from pyrobnn.infer.predict import predict
 
     # 200 points: with only 50, the N(0, 1) prior's KL (~160 weights) outweighs the data and the
     # posterior stays near the prior (training accuracy ~0.8, which is correct Bayesian behaviour)

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
-from pyrobnn.gaussian_weight import GaussianWeight
 from pyrobnn.handlers import ESTIMATORS, flipout, local_reparameterization, weight_sampling
-from pyrobnn.train import make_optimizer, svi_step
+from pyrobnn.handlers.gaussian_weight import GaussianWeight
+from pyrobnn.infer.optim import Optim, make_optimizer
+from pyrobnn.infer.svi import svi_step
 
 S = 20000  # Monte-Carlo draws per check
 
@@ -42,7 +43,8 @@ def test_linear_preactivations_have_the_moments_of_weight_sampling(mode):
     mean = F.linear(x, w_loc, b_loc)
     var = F.linear(x**2, w_scale**2, b_scale**2)
     # the handler's way: one batch per draw
-    out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()), GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()))
+    out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()),
+                                GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()))
                        for _ in range(S)])
     _check_moments(out, mean, var, mode)
     # the reference: sampled weights, same closed-form moments
@@ -58,7 +60,8 @@ def test_conv2d_preactivations_have_the_moments_of_weight_sampling(mode):
     (w_loc, w_scale), (b_loc, b_scale) = _gaussian((3, 2, 3, 3), 3), _gaussian((3,), 4)
     mean = F.conv2d(x, w_loc, b_loc, padding=1)
     var = F.conv2d(x**2, w_scale**2, b_scale**2, padding=1)
-    out = torch.stack([F.conv2d(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()), GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()),
+    out = torch.stack([F.conv2d(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()),
+                                GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()),
                                 padding=1) for _ in range(S // 4)])
     _check_moments(out, mean, var, mode)
 
@@ -68,7 +71,8 @@ def test_flipout_examples_are_decorrelated_but_local_draws_are_independent():
     x = torch.ones(2, 6, dtype=torch.float64)  # two identical examples
     w_loc, w_scale = torch.zeros(1, 6, dtype=torch.float64), torch.ones(1, 6, dtype=torch.float64)
     for mode in ("local", "flipout"):
-        out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]())) for _ in range(5000)])[..., 0]
+        out = torch.stack([F.linear(x, GaussianWeight(w_loc, w_scale, ESTIMATORS[mode]()))
+                           for _ in range(5000)])[..., 0]
         corr = torch.corrcoef(out.T)[0, 1]
         assert abs(corr) < 0.1, f"{mode}: identical examples correlated ({corr:.2f})"
     # plain weight sampling: one weight for the batch, identical examples are perfectly correlated
@@ -94,7 +98,7 @@ def test_gradients_reach_mu_and_rho(handler):
 def test_non_normal_latent_sites_pass_through_and_refuse_particles(handler):
     """A non-Normal latent (e.g. a Laplace weight, a Gamma noise scale) is sampled as usual; under
     vectorized particles it cannot be drawn S times, so the handler says so (svi_step then loops)."""
-    from pyrobnn.particles import ParticlesUnsupported
+    from pyrobnn.handlers.particles import ParticlesUnsupported
 
     def guide():
         return pyro.sample("w", dist.Laplace(torch.zeros(3), 1.0).to_event(1))
@@ -134,7 +138,7 @@ def test_training_under_the_handler_learns(handler, prior):
         for step in range(150):
             losses.append(svi_step(model, guide, optim, x, y).loss.item())
     assert sum(losses[-10:]) < sum(losses[:10])
-    from pyrobnn.predict import predict
+    from pyrobnn.infer.predict import predict
 
     accuracy = (predict(model, guide, x, num_samples=20)["probs"].argmax(-1) == y).float().mean()
     assert accuracy > 0.9
@@ -150,7 +154,7 @@ def _small_model(seed=0):
 
 def test_vectorized_and_looped_predictions_agree_in_distribution():
     """Per example, S vectorized draws and S looped weight draws have the same output moments."""
-    from pyrobnn.predict import predictive_outputs
+    from pyrobnn.infer.predict import predictive_outputs
 
     model, guide = _small_model()
     x = torch.randn(6, 3)
@@ -173,9 +177,9 @@ def test_vectorized_prediction_of_convolutional_and_token_networks_is_weight_sam
     predictive draws S weight samples for them, so its outputs have the moments of the loop's; a
     network using a Bayesian parameter outside a layer (the ViT's positional embedding) falls back to
     the loop, and refuses vectorized=True clearly."""
-    from pyrobnn.models import LeNet5, ViT
-    from pyrobnn.particles import ParticlesUnsupported
-    from pyrobnn.predict import predictive_outputs
+    from pyrobnn.handlers.particles import ParticlesUnsupported
+    from pyrobnn.infer.predict import predictive_outputs
+    from pyrobnn.networks import LeNet5, ViT
 
     net = LeNet5() if network == "lenet5" else ViT(dim=16, depth=1, heads=2, mlp_dim=32)
     model = BayesianNetwork(net, prior=GaussianPrior(), num_data=100)
@@ -309,7 +313,7 @@ def test_vectorized_flipout_particles_have_the_moments_of_weight_sampling(networ
 def test_svi_step_loops_particles_when_a_network_cannot_vectorize():
     """A ViT uses its Bayesian positional embedding outside a layer: num_particles > 1 falls back to
     the loop instead of failing."""
-    from pyrobnn.models import ViT
+    from pyrobnn.networks import ViT
 
     pyro.set_rng_seed(0)
     model = BayesianNetwork(ViT(dim=16, depth=1, heads=2, mlp_dim=32), num_data=100)
@@ -323,12 +327,12 @@ def test_svi_step_loops_particles_when_a_network_cannot_vectorize():
 
 @pytest.mark.parametrize("estimator", ["sample", "local", "flipout"])
 def test_fit_with_each_estimator(estimator):
-    from pyrobnn.schedules import Constant
-    from pyrobnn.train import fit
+    from pyrobnn.infer.schedules import Constant
+    from pyrobnn.infer.svi import fit
 
     model, guide = _small_model()
     x = torch.randn(64, 3)
     y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
-    history = fit(model, guide, x, y, epochs=20, batch_size=16, lr=0.03, num_particles=3, estimator=estimator,
-                  beta=Constant(0.1), progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=20, batch_size=16, optimizer=Optim(lr=0.03), num_particles=3,
+                  estimator=estimator, beta=Constant(0.1), progress=False, device="cpu")
     assert history["nll"][-1] < 0.7 * history["nll"][0]

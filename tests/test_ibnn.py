@@ -20,18 +20,20 @@ from torch import nn
 from torch.distributions import Normal, kl_divergence
 
 from pyrobnn import BayesianNetwork, Gaussian, GaussianPrior, MeanFieldELBO, NormalGuide
+from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.distributions import (
     EqualMixtureNormal,
     mixture_entropy_lower_bound,
     mixture_kl_upper_bound,
     mixture_mean_kl,
 )
-from pyrobnn.guides.mixture_node import FlatThenLinear, MixtureNodeGuide, TwoGroupSGD
+from pyrobnn.guides.mixture_node import MixtureNodeGuide
 from pyrobnn.handlers import local_reparameterization, vdp, weight_sampling
-from pyrobnn.nodes import NodeDraws
-from pyrobnn.predict import evaluate, predict_moments, predictive_outputs
-from pyrobnn.priors import NodePrior
-from pyrobnn.train import fit
+from pyrobnn.handlers.node_draws import NodeDraws
+from pyrobnn.infer.optim import FlatThenLinear, TwoGroupSGD
+from pyrobnn.infer.predict import predict_moments, predictive_outputs
+from pyrobnn.infer.svi import fit
+from pyrobnn.model.priors import NodePrior
 
 
 def mlp(sizes=(3, 5, 2), seed=0):
@@ -152,7 +154,8 @@ def test_sigma_to_zero_and_means_one_reproduce_the_deterministic_network(make_ne
     with torch.no_grad():
         expected = reference(x)
         torch.testing.assert_close(poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x), expected)
-        torch.testing.assert_close(predictive_outputs(model, guide, x, num_samples=8), expected.expand(8, *expected.shape))
+        torch.testing.assert_close(predictive_outputs(model, guide, x, num_samples=8),
+                                   expected.expand(8, *expected.shape))
         with vdp():
             out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
         torch.testing.assert_close(out.loc, expected)
@@ -341,8 +344,9 @@ def test_fit_predict_evaluate_with_the_two_learning_rates():
     model = BayesianNetwork(mlp((1, 16, 1)), Gaussian(0.3), prior=NodePrior(0.3), num_data=len(x))
     guide = MixtureNodeGuide(model, num_components=4, init_scale=0.1)
     before = evaluate(model, guide, x, y, num_samples=8)
-    history = fit(model, guide, x, y, epochs=60, batch_size=16, optimizer=TwoGroupSGD(lr=0.01, variational_lr=0.1),
-                  lr_schedule=[FlatThenLinear(60), lambda epoch: 1.0], estimator="local", progress=False)
+    history = fit(model, guide, x, y, epochs=60, batch_size=16,
+                  optimizer=TwoGroupSGD(lr=0.01, variational_lr=0.1, schedule=[FlatThenLinear(60), lambda epoch: 1.0]),
+                  estimator="local", progress=False)
     assert history.last["loss"] < history.epochs[0]["loss"]
     after = evaluate(model, guide, x, y, num_samples=8)
     assert after["rmse"] < before["rmse"]

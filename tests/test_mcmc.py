@@ -1,4 +1,4 @@
-"""NUTS on a BayesianNetwork (pyrobnn.mcmc), checked against independent computations: the flat
+"""NUTS on a BayesianNetwork (pyrobnn.infer.mcmc), checked against independent computations: the flat
 potential against the model's own Pyro trace and a hand-written log joint, the draws against the
 closed-form posterior of Bayesian linear regression, the empirical guide's predictive against an
 average over draws computed by hand, split R-hat against its textbook formula, and the argument
@@ -18,9 +18,10 @@ from torch import nn
 from torch.func import functional_call
 
 from pyrobnn import BayesianNetwork, Categorical, Gaussian, GaussianPrior, LogUniformPrior, ScaleMixturePrior
-from pyrobnn.mcmc import MAX_FULL_BATCH, FlatPotential, MCMCResult, PosteriorDraws, chain_diagnostics, sample_posterior
-from pyrobnn.predict import predict
-from pyrobnn.priors import Prior
+from pyrobnn.guides import PosteriorDraws
+from pyrobnn.infer.mcmc import MAX_FULL_BATCH, FlatPotential, MCMCResult, chain_diagnostics, sample_posterior
+from pyrobnn.infer.predict import predict
+from pyrobnn.model.priors import Prior
 
 MLP_SITES = ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
 

@@ -15,7 +15,7 @@ from pyrobnn.analysis.metrics import (
     reliability,
     reliability_diagram,
 )
-from pyrobnn.likelihoods import Categorical, Likelihood, uncertainty
+from pyrobnn.model.likelihoods import Categorical, Likelihood, uncertainty
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -29,7 +29,7 @@ def random_probs(*shape: int, seed: int = 0) -> torch.Tensor:
     return (3 * torch.randn(*shape, generator=g, dtype=torch.float64)).softmax(-1)
 
 
-# ----------------------------------------------------------------------------- uncertainty (pyrobnn.likelihoods)
+# ----------------------------------------------------------------------------- uncertainty (pyrobnn.model.likelihoods)
 
 
 def test_uncertainty_identical_samples_have_no_epistemic():

@@ -1,5 +1,5 @@
-"""The CIFAR model zoo (pyrobnn.models) under every estimator, and the moment rules VDP++ needs for it
-(pyrobnn.moments: adaptive pooling, sums, concatenation, in-place forms) against Monte Carlo."""
+"""The CIFAR model zoo (pyrobnn.networks) under every estimator, and the moment rules VDP++ needs for it
+(pyrobnn.handlers.moments: adaptive pooling, sums, concatenation, in-place forms) against Monte Carlo."""
 
 import math
 
@@ -12,10 +12,11 @@ from torch import nn
 
 from pyrobnn import BayesianNetwork, MeanFieldELBO, NormalGuide
 from pyrobnn.handlers import estimator, kl_annealing, vdp
-from pyrobnn.models import MODELS, build_model
-from pyrobnn.moments import Moments
-from pyrobnn.predict import prediction_mode, predictive_outputs
-from pyrobnn.train import make_optimizer, svi_step
+from pyrobnn.handlers.moments import Moments
+from pyrobnn.infer.optim import make_optimizer
+from pyrobnn.infer.predict import prediction_mode, predictive_outputs
+from pyrobnn.infer.svi import svi_step
+from pyrobnn.networks import NETWORKS, build_net
 
 CIFAR = (3, 32, 32)
 TINY = {"lenet5-cifar": 0.5, "alexnet": 1 / 32, "resnet18": 1 / 16, "resnet50": 1 / 16, "vgg16": 1 / 16,
@@ -36,7 +37,7 @@ def _batch(n=3):
 def test_every_cifar_model_trains_under_every_estimator(name, method):
     """Converted, one SVI step with a finite loss, and the likelihood's gradient reaches the mean and the
     scale of every Bayesian tensor through the network (the KL alone would reach them too)."""
-    model = BayesianNetwork(build_model(name, CIFAR, 10, width=TINY[name]), num_data=1000, input_shape=CIFAR)
+    model = BayesianNetwork(build_net(name, CIFAR, 10, width=TINY[name]), num_data=1000, input_shape=CIFAR)
     guide = NormalGuide(model, init_rho=-4.0)
     x, y = _batch()
     before = {k: v.detach().clone() for k, v in guide.named_parameters()}
@@ -54,7 +55,7 @@ def test_every_cifar_model_trains_under_every_estimator(name, method):
 
 def test_torchvision_resnet18_trains_under_vdp():
     """torchvision's ImageNet ResNet-18 (in-place ReLU, ``out += identity``, adaptive average pooling)."""
-    model = BayesianNetwork(build_model("tv:resnet18", CIFAR, 10), num_data=1000)
+    model = BayesianNetwork(build_net("tv:resnet18", CIFAR, 10), num_data=1000)
     guide = NormalGuide(model)
     x, y = _batch(2)
     terms = svi_step(model, guide, make_optimizer(guide.parameters()), x, y, estimator="vdp")
@@ -66,7 +67,7 @@ def test_resnet_under_vdp_agrees_with_weight_sampling():
     """The whole pipeline (torchvision blocks with in-place ops, BatchNorm in eval mode, global pooling):
     means agree with Monte Carlo; variances only roughly, since VDP++ drops the covariances that shared
     convolution weights create between positions (its approximation), so the median ratio is bounded loosely."""
-    model = BayesianNetwork(build_model("resnet18", CIFAR, 10, width=1 / 16))
+    model = BayesianNetwork(build_net("resnet18", CIFAR, 10, width=1 / 16))
     guide = NormalGuide(model, init_rho=-6.0)
     x, _ = _batch(2)
     with torch.no_grad(), prediction_mode(model), vdp():
@@ -86,15 +87,15 @@ def test_architectures_have_their_published_sizes():
                 "vgg16": 15_253_578, "wrn28-10": 36_479_194}  # torchvision / Zagoruyko & Komodakis' counts
     with torch.device("meta"):
         for name, count in expected.items():
-            net = build_model(name, CIFAR, 10)
+            net = build_net(name, CIFAR, 10)
             assert sum(p.numel() for p in net.parameters()) == count, name
             assert net(torch.empty((2,) + CIFAR)).shape == (2, 10), name
-    kinds = {type(m) for m in build_model("lenet5-cifar", CIFAR, 10).modules()}
+    kinds = {type(m) for m in build_net("lenet5-cifar", CIFAR, 10).modules()}
     assert nn.Sigmoid in kinds and nn.AvgPool2d in kinds and not {nn.ReLU, nn.MaxPool2d} & kinds
 
 
 def test_alexnet_keeps_the_11x11_stride_4_stem_and_pools_32_to_1():
-    net = build_model("alexnet", CIFAR, 10, width=1 / 32, dropout=0.5)
+    net = build_net("alexnet", CIFAR, 10, width=1 / 32, dropout=0.5)
     assert (net.conv1.kernel_size, net.conv1.stride) == ((11, 11), (4, 4))
     sizes = []
     for module in (net.pool1, net.pool2, net.pool5):
@@ -106,27 +107,27 @@ def test_alexnet_keeps_the_11x11_stride_4_stem_and_pools_32_to_1():
 
 def test_cifar_models_refuse_other_inputs_and_bad_options():
     for name in ("lenet5-cifar", "alexnet", "resnet18", "resnet50", "vgg16", "wrn28-10"):
-        with pytest.raises(ValueError, match=rf"--model {name} needs 3x32x32 \(CIFAR\) images, got input shape "
+        with pytest.raises(ValueError, match=rf"network '{name}' needs 3x32x32 \(CIFAR\) images, got input shape "
                                              r"\(1, 28, 28\)"):
-            build_model(name, (1, 28, 28), 10)
-    with pytest.raises(ValueError, match="unknown model 'resnet9000'"):
-        build_model("resnet9000", CIFAR, 10)
-    with pytest.raises(ValueError, match="--dropout: resnet18 has no dropout layers"):
-        build_model("resnet18", CIFAR, 10, dropout=0.1)
+            build_net(name, (1, 28, 28), 10)
+    with pytest.raises(ValueError, match="unknown network 'resnet9000'"):
+        build_net("resnet9000", CIFAR, 10)
+    with pytest.raises(ValueError, match="dropout: resnet18 has no dropout layers"):
+        build_net("resnet18", CIFAR, 10, dropout=0.1)
     with pytest.raises(ValueError, match="width must be a finite number > 0"):
-        build_model("vgg16", CIFAR, 10, width=0)
+        build_net("vgg16", CIFAR, 10, width=0)
     with pytest.raises(ValueError, match="depth must be 6n"):
-        build_model("wrn27-2", CIFAR, 10)
+        build_net("wrn27-2", CIFAR, 10)
     with pytest.raises(ValueError, match="width: torchvision models have no width multiplier"):
-        build_model("tv:resnet18", CIFAR, 10, width=0.5)
+        build_net("tv:resnet18", CIFAR, 10, width=0.5)
 
 
 def test_registry_names_and_aliases():
-    assert {"lenet5-cifar", "alexnet", "resnet18", "resnet50", "vgg16", "wrn28-10"} <= set(MODELS)
-    net = build_model("WRN-16-2", CIFAR, 10, dropout=0.3)
+    assert {"lenet5-cifar", "alexnet", "resnet18", "resnet50", "vgg16", "wrn28-10"} <= set(NETWORKS)
+    net = build_net("WRN-16-2", CIFAR, 10, dropout=0.3)
     assert [len(stage) for stage in (net.layer1, net.layer2, net.layer3)] == [2, 2, 2]
     assert net.fc.in_features == 128 and net.layer1[0].dropout.p == 0.3
-    assert build_model("resnet18", CIFAR, 7, width=0.25).fc.out_features == 7
+    assert build_net("resnet18", CIFAR, 7, width=0.25).fc.out_features == 7
 
 
 # -- the moment rules -------------------------------------------------------------------------------

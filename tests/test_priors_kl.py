@@ -14,7 +14,7 @@ from torch.distributions import kl_divergence
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
 from pyrobnn.distributions import IsotropicNormal, LogUniform, ScaleMixtureNormal, _DiagonalNormalKL
-from pyrobnn.priors import PRIORS, LogUniformPrior, NodePrior, Prior
+from pyrobnn.model.priors import PRIORS, LogUniformPrior, NodePrior, Prior
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

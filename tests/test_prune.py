@@ -17,7 +17,7 @@ from pyrobnn import (
     NormalGuide,
 )
 from pyrobnn.analysis.prune import apply_masks, log_alpha_masks, magnitude_masks, random_masks, snr_masks, sparsity
-from pyrobnn.predict import predict
+from pyrobnn.infer.predict import predict
 
 WEIGHTS = ("net.0.weight", "net.2.weight")
 BIASES = ("net.0.bias", "net.2.bias")
@@ -270,7 +270,8 @@ def prior_for(kind):
 
 def some_mask(seed=5):
     gen = torch.Generator().manual_seed(seed)
-    masks = {"net.0.weight": torch.rand(8, 4, generator=gen) < 0.6, "net.2.weight": torch.rand(3, 8, generator=gen) < 0.6}
+    masks = {"net.0.weight": torch.rand(8, 4, generator=gen) < 0.6,
+             "net.2.weight": torch.rand(3, 8, generator=gen) < 0.6}
     masks["net.2.weight"][0] = False  # a whole output unit's weights removed
     return masks
 

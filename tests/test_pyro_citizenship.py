@@ -242,7 +242,7 @@ def test_poutine_handlers_see_the_same_sites_as_for_an_autoguide():
 
 def test_scale_mixture_prior_trains_under_vdp():
     """A prior without a closed-form KL under moment propagation: the KL is estimated on one weight sample."""
-    from pyrobnn.train import fit
+    from pyrobnn.infer.svi import fit
 
     data = two_moons(n=300, n_train=100, seed=0)
     torch.manual_seed(0)
@@ -255,7 +255,7 @@ def test_scale_mixture_prior_trains_under_vdp():
 
 
 def test_fit_refuses_an_elbo_together_with_vectorized_particles():
-    from pyrobnn.train import fit
+    from pyrobnn.infer.svi import fit
 
     data = two_moons(n=300, n_train=100, seed=0)
     model = moons_model()

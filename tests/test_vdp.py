@@ -1,4 +1,4 @@
-"""VDP++ moment propagation: every rule against Monte Carlo (pyrobnn.moments, pyrobnn.handlers.vdp)."""
+"""VDP++ moment propagation: every rule against Monte Carlo (pyrobnn.handlers.moments, pyrobnn.handlers.vdp)."""
 
 import math
 
@@ -9,10 +9,11 @@ import torch.nn.functional as F
 from pyro import poutine
 
 from pyrobnn import BayesianNetwork, NormalGuide
-from pyrobnn.gaussian_weight import GaussianWeight
 from pyrobnn.handlers import VDPMessenger, vdp
-from pyrobnn.models import LeNet5
-from pyrobnn.moments import Moments
+from pyrobnn.handlers.gaussian_weight import GaussianWeight
+from pyrobnn.handlers.moments import Moments
+from pyrobnn.infer.optim import Optim
+from pyrobnn.networks import LeNet5
 
 S = 40000
 DT = torch.float64
@@ -128,7 +129,7 @@ def test_an_operation_without_a_rule_names_itself():
 
 def _vdp_and_monte_carlo(model, guide, x, num_samples):
     """The network's output moments in one pass under ``vdp``, and ``num_samples`` weight-sampled outputs."""
-    from pyrobnn.predict import predictive_outputs
+    from pyrobnn.infer.predict import predictive_outputs
 
     with torch.no_grad():
         with vdp():
@@ -161,7 +162,7 @@ def test_gradients_reach_the_posterior_through_the_moments():
 
 
 def test_vdp_objective_is_equation_11():
-    from pyrobnn.likelihoods import MomentCategorical
+    from pyrobnn.model.likelihoods import MomentCategorical
 
     mean = torch.tensor([[0.7, 0.2, 0.1]], dtype=DT)
     var = torch.tensor([[0.01, 0.02, 0.03]], dtype=DT)
@@ -174,10 +175,10 @@ def test_vdp_objective_is_equation_11():
 
 @pytest.mark.parametrize("objective", ["gaussian", "cross_entropy"])
 def test_training_by_moment_propagation_learns(objective):
-    from pyrobnn.likelihoods import Categorical
-    from pyrobnn.predict import predict_moments
-    from pyrobnn.schedules import Constant
-    from pyrobnn.train import fit
+    from pyrobnn.infer.predict import predict_moments
+    from pyrobnn.infer.schedules import Constant
+    from pyrobnn.infer.svi import fit
+    from pyrobnn.model.likelihoods import Categorical
 
     pyro.set_rng_seed(0)
     x = torch.randn(200, 2)
@@ -185,8 +186,8 @@ def test_training_by_moment_propagation_learns(objective):
     net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     model = BayesianNetwork(net, Categorical(vdp_objective=objective))
     guide = NormalGuide(model, init_loc="prior")
-    history = fit(model, guide, x, y, epochs=40, batch_size=50, lr=0.03, estimator="vdp", beta=Constant(0.1),
-                  progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=40, batch_size=50, optimizer=Optim(lr=0.03), estimator="vdp",
+                  beta=Constant(0.1), progress=False, device="cpu")
     assert history["nll"][-1] < 0.5 * history["nll"][0]
     out = predict_moments(model, guide, x)
     assert (out["probs"].argmax(-1) == y).float().mean() > 0.9
@@ -196,7 +197,7 @@ def test_training_by_moment_propagation_learns(objective):
 @pytest.mark.parametrize("heteroscedastic", [False, True])
 def test_regression_moments_add_the_noise_to_the_mean_outputs_variance(heteroscedastic):
     from pyrobnn import Gaussian, HeteroscedasticGaussian
-    from pyrobnn.predict import predict_moments
+    from pyrobnn.infer.predict import predict_moments
 
     pyro.set_rng_seed(0)
     likelihood = HeteroscedasticGaussian() if heteroscedastic else Gaussian(0.3)
@@ -217,7 +218,7 @@ def test_regression_moments_add_the_noise_to_the_mean_outputs_variance(heterosce
 def test_shared_weight_variance_matches_the_per_weight_computation(layer, share):
     """Paper 002 eq. 12 layout: one variance per output unit (or layer) gives the same moments as that
     variance repeated for every weight, for deterministic and random inputs and for local reparameterization."""
-    from pyrobnn.moments import variance_op
+    from pyrobnn.handlers.moments import variance_op
 
     op, x_shape, w_shape, kwargs = {
         "linear": (F.linear, (3, 5), (4, 5), {}),
@@ -313,7 +314,7 @@ def test_vision_transformer_under_vdp_matches_weight_sampling():
     """A small ViT (conv patches, Bayesian positional embedding, LayerNorm, attention, GELU, mean pooling):
     the moment pass against Monte Carlo. Tokens share weights, so their errors are correlated and the
     diagonal propagation underestimates the pooled variance: documented, checked to within a factor 5."""
-    from pyrobnn.models import ViT
+    from pyrobnn.networks import ViT
 
     pyro.set_rng_seed(0)
     model = BayesianNetwork(ViT(dim=16, depth=1, heads=2, mlp_dim=32))
@@ -325,16 +326,16 @@ def test_vision_transformer_under_vdp_matches_weight_sampling():
 
 
 def test_vision_transformer_trains_by_moment_propagation():
-    from pyrobnn.likelihoods import Categorical
-    from pyrobnn.models import ViT
-    from pyrobnn.schedules import Constant
-    from pyrobnn.train import fit
+    from pyrobnn.infer.schedules import Constant
+    from pyrobnn.infer.svi import fit
+    from pyrobnn.model.likelihoods import Categorical
+    from pyrobnn.networks import ViT
 
     pyro.set_rng_seed(0)
     x = torch.rand(64, 1, 28, 28)
     y = (x[:, 0, :14].mean((1, 2)) > x[:, 0, 14:].mean((1, 2))).long()  # brighter top half or not
     model = BayesianNetwork(ViT(dim=16, depth=1, heads=2, mlp_dim=32), Categorical(vdp_objective="cross_entropy"))
     guide = NormalGuide(model, init_rho=-5.0, share="row")
-    history = fit(model, guide, x, y, epochs=15, batch_size=32, lr=3e-3, estimator="vdp", beta=Constant(0.01),
-                  progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=15, batch_size=32, optimizer=Optim(lr=3e-3), estimator="vdp",
+                  beta=Constant(0.01), progress=False, device="cpu")
     assert history["nll"][-1] < 0.7 * history["nll"][0]

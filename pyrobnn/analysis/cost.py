@@ -27,14 +27,16 @@ import torch
 import torch.nn.functional as F
 from rich.table import Table
 
-from .._compat import TorchDispatchMode, tree_flatten
-from ..guides import NormalGuide
-from ..handlers import ESTIMATORS
-from ..likelihoods import Categorical
-from ..model import BayesianNetwork
-from ..train import make_optimizer, svi_step
+from pyrobnn._compat import TorchDispatchMode, tree_flatten
+from pyrobnn.guides import NormalGuide
+from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.infer.optim import make_optimizer
+from pyrobnn.infer.svi import svi_step
+from pyrobnn.model import BayesianNetwork
+from pyrobnn.model.likelihoods import Categorical
 
-__all__ = ["LiveTensorMemory", "compare_training_cost", "cost_table", "peak_memory", "synchronize", "time_steps", "training_step"]
+__all__ = ["LiveTensorMemory", "compare_training_cost", "cost_table", "peak_memory", "synchronize", "time_steps",
+           "training_step"]
 
 
 class LiveTensorMemory(TorchDispatchMode):
@@ -115,7 +117,7 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
     ``method`` is ``"det"`` (plain PyTorch cross-entropy) or a key of
     :data:`pyrobnn.handlers.ESTIMATORS`: the network as a :class:`~pyrobnn.BayesianNetwork` with
     ``prior`` (default N(0, 1)) and a :class:`~pyrobnn.NormalGuide` (``share``: one variance per
-    weight or per output unit), stepped by :func:`pyrobnn.train.svi_step`, which runs the model
+    weight or per output unit), stepped by :func:`pyrobnn.infer.svi.svi_step`, which runs the model
     under that estimator's handler (:func:`pyrobnn.handlers.estimator`), as the training loop does.
     ``name`` prefixes the guide's parameters in Pyro's param store (default ``"<method>_step"``);
     steps timed side by side with the same estimator take different names.
@@ -133,7 +135,8 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
         return step
     if method not in ESTIMATORS:
         raise ValueError(f"method must be 'det' or an estimator {sorted(ESTIMATORS)}, got {method!r}")
-    model = BayesianNetwork(net, Categorical(vdp_objective="cross_entropy"), prior=prior, num_data=num_data).to(x.device)
+    model = BayesianNetwork(net, Categorical(vdp_objective="cross_entropy"), prior=prior,
+                            num_data=num_data).to(x.device)
     guide = NormalGuide(model, share=share, name=f"{method}_step" if name is None else name).to(x.device)
     optim = make_optimizer(guide.parameters())
     return lambda: svi_step(model, guide, optim, x, y, estimator=method)

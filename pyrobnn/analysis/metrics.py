@@ -4,19 +4,19 @@ All functions are plain torch and run on whatever device their inputs live on.
 Scalar metrics come back as Python floats; per-example and per-bin quantities as tensors.
 Logarithms are natural (nats). The split of predictive uncertainty into total, aleatoric and
 epistemic parts is a property of the predictive distribution and lives with it:
-:func:`pyrobnn.likelihoods.uncertainty`.
+:func:`pyrobnn.model.likelihoods.uncertainty`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import uuid
 from pathlib import Path
 
 import torch
 
-from ..checks import check_labels, check_probs, positive_int
+from pyrobnn.analysis.plots import figure, save_png
+from pyrobnn.checks import check_labels, check_probs, positive_int
 
 __all__ = [
     "accuracy",
@@ -162,16 +162,12 @@ def reliability_diagram(
 
     Top: accuracy per confidence bin (bars) against the diagonal of perfect calibration,
     with the gap to each bin's mean confidence; ECE in the title. Bottom: example count per bin.
-    Uses the same bins as :func:`ece`. The file is written atomically (temp file + rename),
+    Uses the same bins as :func:`ece`. The file is written atomically (:func:`~pyrobnn.analysis.plots.save_png`),
     parent directories are created.
     """
     bins = {k: v.detach().cpu() for k, v in reliability(probs, y, n_bins).items()}  # validates
     ece_ = _ece_from_bins(bins)
     path = Path(path)
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     edges = bins["edges"].double().numpy()
     left, width = edges[:-1], edges[1:] - edges[:-1]
     centers = left + width / 2
@@ -180,8 +176,7 @@ def reliability_diagram(
     acc = bins["accuracy"].double().numpy()
     conf = bins["confidence"].double().numpy()
 
-    fig = Figure(figsize=(5, 6), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = figure((5, 6))
     ax, ax_count = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     ax.bar(centers[filled], acc[filled], width=width[filled], color="tab:blue", edgecolor="black",
            linewidth=0.5, label="accuracy")
@@ -200,14 +195,4 @@ def reliability_diagram(
     fig.tight_layout()
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Temp file in the target directory (so os.replace is an atomic rename), opened with
-    # mode "xb" rather than mkstemp so the final file gets the usual umask permissions.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "xb") as fh:
-            fig.savefig(fh, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return save_png(fig, path)

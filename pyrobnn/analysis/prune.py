@@ -25,10 +25,10 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from ..guides.base import SiteGuide
+from pyrobnn.guides.base import SiteGuide
 
-__all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks", "sparsity",
-           "magnitude_prune_module", "pruning_curve", "record_sparsity", "METHODS"]
+__all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks",
+           "sparsity", "magnitude_prune_module", "pruning_curve", "record_sparsity", "METHODS"]
 
 
 def _weights(guide, include_biases: bool):
@@ -131,7 +131,7 @@ def principled_masks(guide, threshold: float | None = None) -> dict[str, torch.T
 
 
 def record_sparsity(guide, threshold: float | None = None) -> Callable[[int, dict], None]:
-    """A :func:`~pyrobnn.train.fit` callback: after each epoch, ``record["sparsity"]`` is the fraction of
+    """A :func:`~pyrobnn.infer.svi.fit` callback: after each epoch, ``record["sparsity"]`` is the fraction of
     weights the guide's principled rule (:func:`principled_masks`) removes, ``record["layer_sparsity"]``
     the fraction per site."""
 

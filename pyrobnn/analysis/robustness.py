@@ -27,9 +27,9 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..checks import check_labels, finite, positive_int
-from ..device import device_of
-from ..predict import predict_moments, prediction_mode, predictive_outputs
+from pyrobnn.checks import check_labels, finite, positive_int
+from pyrobnn.device import device_of
+from pyrobnn.infer.predict import predict_moments, prediction_mode, predictive_outputs
 
 __all__ = ["Predictor", "add_noise", "deterministic_predictor", "sampling_predictor", "moment_predictor",
            "noise_robustness"]
@@ -70,7 +70,7 @@ def deterministic_predictor(net: nn.Module, batch_size: int = 1000) -> Predictor
 
 
 def sampling_predictor(model, guide, num_samples: int = 100, batch_size: int = 1000) -> Predictor:
-    r"""Monte Carlo over :math:`q(w)` (:func:`~pyrobnn.predict.predictive_outputs`): with
+    r"""Monte Carlo over :math:`q(w)` (:func:`~pyrobnn.infer.predict.predictive_outputs`): with
     :math:`p^{(s)} = \mathrm{softmax}(f(x; w^{(s)}))`, ``probs`` is the sample mean and ``var`` the
     (unbiased) sample variance of :math:`p^{(s)}` over the ``num_samples`` draws."""
     _check_classifier(model)
@@ -83,7 +83,7 @@ def sampling_predictor(model, guide, num_samples: int = 100, batch_size: int = 1
 
 
 def moment_predictor(model, guide, batch_size: int = 1000) -> Predictor:
-    """VDP++ (:func:`~pyrobnn.predict.predict_moments`): the propagated mean and variance of the
+    """VDP++ (:func:`~pyrobnn.infer.predict.predict_moments`): the propagated mean and variance of the
     softmax, one deterministic pass (first order through nonlinearities)."""
     _check_classifier(model)
 

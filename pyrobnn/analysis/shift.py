@@ -2,7 +2,7 @@ r"""Covariate shift: a classifier's predictive metrics on corrupted test images,
 
 Each corruption of :mod:`pyrobnn.data.corruptions` (CIFAR-10-C, Hendrycks & Dietterich 2019; the
 Gaussian blend and salt-and-pepper of Trinh et al. 2022) is applied to the clean test images at each
-severity, and the posterior predictive (:func:`pyrobnn.predict.predict`) is scored by accuracy, NLL,
+severity, and the posterior predictive (:func:`pyrobnn.infer.predict.predict`) is scored by accuracy, NLL,
 ECE and Brier (:func:`pyrobnn.analysis.metrics.classification_metrics`) together with the mean
 uncertainty split per example (Depeweg et al. 2018)
 
@@ -24,11 +24,11 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ..checks import check_labels, choice, positive_int
-from ..data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES, check_images, corrupt
-from ..files import atomic_write
-from ..predict import predict
-from .metrics import classification_metrics
+from pyrobnn.analysis.metrics import classification_metrics
+from pyrobnn.analysis.plots import figure, save_png
+from pyrobnn.checks import check_labels, choice, positive_int
+from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES, check_images, corrupt
+from pyrobnn.infer.predict import predict
 
 __all__ = ["METRICS", "evaluate_corruptions", "plot_metric_vs_severity"]
 
@@ -46,12 +46,12 @@ def evaluate_corruptions(model, guide, x: torch.Tensor, y: torch.Tensor, corrupt
     :param corruptions: names in :data:`pyrobnn.data.corruptions.CORRUPTIONS` (default: the 14 CIFAR-10-C
         types generated in code).
     :param severities: severities in 1..5 to evaluate.
-    :param num_samples: posterior samples per prediction (:func:`~pyrobnn.predict.predict`).
+    :param num_samples: posterior samples per prediction (:func:`~pyrobnn.infer.predict.predict`).
     :param transform: applied to the clean and to every corrupted batch before the network, e.g. the
         normalisation ``ImageAugment(...).normalize`` (corruptions act on images in [0, 1]).
     :param seed: the corruption seed; the same at every severity, so severities differ only in strength.
     :param n_bins: ECE bins.
-    :param predict_kwargs: passed to :func:`~pyrobnn.predict.predict` (``batch_size``, ``mc_dropout``, ...).
+    :param predict_kwargs: passed to :func:`~pyrobnn.infer.predict.predict` (``batch_size``, ``mc_dropout``, ...).
     :returns: a JSON-ready dict, each record holding :data:`METRICS`:
         ``clean``: the record on clean images; ``corruptions[name][severity]``: per corruption and
         severity; ``severities[severity]``: mean over the corruptions at that severity; ``mean``: mean
@@ -104,11 +104,7 @@ def plot_metric_vs_severity(results: Mapping, path: str | os.PathLike, metric: s
     choice("metric", metric, METRICS)
     if "clean" in results and "severities" in results:
         results = {"model": results}
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = figure((5, 4))
     ax = fig.subplots()
     for label, result in results.items():
         levels = sorted(result["severities"], key=int)
@@ -119,4 +115,4 @@ def plot_metric_vs_severity(results: Mapping, path: str | os.PathLike, metric: s
     ax.set_title(title or f"{metric} under corruption (mean over corruptions)")
     ax.legend()
     fig.tight_layout()
-    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+    return save_png(fig, path)

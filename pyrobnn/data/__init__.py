@@ -43,10 +43,10 @@ from typing import Protocol
 
 import torch
 
-from .augment import NORMALIZATION, ImageAugment
-from .corruptions import CORRUPTIONS, corrupt
-from .formats import read_idx
-from .images import (
+from pyrobnn.data.augment import NORMALIZATION, ImageAugment
+from pyrobnn.data.corruptions import CORRUPTIONS, corrupt
+from pyrobnn.data.formats import read_idx
+from pyrobnn.data.images import (
     CIFAR10_CLASSES,
     FASHION_MNIST_CLASSES,
     MNIST_CLASSES,
@@ -56,10 +56,10 @@ from .images import (
     load_folder,
     load_mnist,
 )
-from .sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
-from .splits import DataSplits, make_splits
-from .text import load_imdb
-from .toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
+from pyrobnn.data.sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
+from pyrobnn.data.splits import DataSplits, make_splits
+from pyrobnn.data.text import load_imdb
+from pyrobnn.data.toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
 
 __all__ = [
     "CACHE_ENV",

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ..checks import finite, nonnegative_int, positive
+from pyrobnn.checks import finite, nonnegative_int, positive
 
 __all__ = ["CIFAR10_MEAN", "CIFAR10_STD", "NORMALIZATION", "ImageAugment", "select_pixels"]
 

@@ -76,8 +76,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checks import choice, in_range, nonnegative_int
-from .augment import select_pixels
+from pyrobnn.checks import choice, in_range, nonnegative_int
+from pyrobnn.data.augment import select_pixels
 
 __all__ = [
     "CIFAR10_C", "CIFAR10_C_EXTRA", "CORRUPTIONS", "PAPER_004", "SEVERITIES", "Corruption", "check_images", "corrupt",
@@ -201,7 +201,8 @@ def _correlate(x: torch.Tensor, kernel: torch.Tensor, mode: str) -> torch.Tensor
     copies of the padded image, one per non-zero weight), border by ``mode``."""
     h, w = x.shape[-2:]
     rh, rw = kernel.shape[0] // 2, kernel.shape[1] // 2
-    padded = x.index_select(-2, _border_index(h, rh, mode, x.device)).index_select(-1, _border_index(w, rw, mode, x.device))
+    padded = (x.index_select(-2, _border_index(h, rh, mode, x.device))
+              .index_select(-1, _border_index(w, rw, mode, x.device)))
     out = torch.zeros_like(x)
     for (a, b), weight in np.ndenumerate(kernel.double().cpu().numpy()):
         if weight:
@@ -342,7 +343,8 @@ def _pillow_per_image(x: torch.Tensor, process: Callable) -> torch.Tensor:
 
 def gaussian_blend(x: torch.Tensor, gamma: float, generator: torch.Generator | None = None) -> torch.Tensor:
     r""":math:`\hat x = (1 - \gamma) x + \gamma \epsilon`, :math:`\epsilon \sim \mathcal N(0, I)` one standard normal
-    per element (``torch.randn(x.shape, generator=generator, dtype=x.dtype)``), clamped to [0, 1] (Trinh et al. 2022, eq. 28)."""
+    per element (``torch.randn(x.shape, generator=generator, dtype=x.dtype)``), clamped to [0, 1] (Trinh et al. 2022,
+    eq. 28)."""
     check_images(x)
     gamma = in_range("gamma (noise fraction)", gamma, 0, 1)
     return ((1 - gamma) * x + gamma * _normal(x.shape, generator, x)).clamp_(0, 1)
@@ -350,7 +352,8 @@ def gaussian_blend(x: torch.Tensor, gamma: float, generator: torch.Generator | N
 
 def salt_and_pepper(x: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
     r"""Each element independently set, with probability ``p``, to 1 or 0 with probability 1/2 each
-    (Trinh et al. 2022, Sec. 3.5; scikit-image's ``s&p``): with ``u = torch.rand((2, *x.shape), generator=generator, dtype=x.dtype)``,
+    (Trinh et al. 2022, Sec. 3.5; scikit-image's ``s&p``): with
+    ``u = torch.rand((2, *x.shape), generator=generator, dtype=x.dtype)``,
     :math:`\hat x = \mathbb 1[u_1 < 1/2]` where :math:`u_0 < p`, else ``x``."""
     check_images(x)
     p = in_range("p (replacement rate)", p, 0, 1)

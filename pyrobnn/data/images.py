@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import atomic_write
-from . import sources
-from .formats import extract_archive, read_idx
-from .splits import DataSplits, make_splits
+from pyrobnn.data import sources
+from pyrobnn.data.formats import extract_archive, read_idx
+from pyrobnn.data.splits import DataSplits, make_splits
+from pyrobnn.files import atomic_write
 
 MNIST_CLASSES = tuple(str(i) for i in range(10))
 FASHION_MNIST_CLASSES = (

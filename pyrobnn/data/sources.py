@@ -42,7 +42,8 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 
 
 def cache_dir() -> Path:
-    """Directory for derived files (extracted archives, decoded arrays): ``$PYROBNN_CACHE`` else ``~/.cache/pyrobnn``."""
+    """Directory for derived files (extracted archives, decoded arrays): ``$PYROBNN_CACHE`` else
+    ``~/.cache/pyrobnn``."""
     env = os.environ.get(CACHE_ENV)
     return Path(env if env else DEFAULT_CACHE_DIR).expanduser()
 

@@ -29,8 +29,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..checks import positive_int
-from .splits import DataSplits, make_splits
+from pyrobnn.checks import positive_int
+from pyrobnn.data.splits import DataSplits, make_splits
 
 __all__ = [
     "IMDB_CLASSES",

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from .splits import DataSplits, check_size, make_splits
+from pyrobnn.data.splits import DataSplits, check_size, make_splits
 
 
 def _split_generated(x: torch.Tensor, y: torch.Tensor, n_train: int, name: str, task: str,

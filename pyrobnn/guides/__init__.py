@@ -1,12 +1,13 @@
 """Guides: one posterior family per module. See :class:`~pyrobnn.guides.base.SiteGuide`."""
 
-from .additive_dropout import AdditiveDropoutGuide
-from .base import SiteGuide
-from .dropout import DropoutGuide
-from .mixture_node import FlatThenLinear, MixtureNodeGuide, TwoGroupSGD
-from .multiplicative_dropout import MultiplicativeDropoutGuide
-from .normal import NormalGuide
-from .point import PointGuide
+from pyrobnn.guides.additive_dropout import AdditiveDropoutGuide
+from pyrobnn.guides.base import SiteGuide
+from pyrobnn.guides.dropout import DropoutGuide
+from pyrobnn.guides.empirical import PosteriorDraws
+from pyrobnn.guides.mixture_node import MixtureNodeGuide
+from pyrobnn.guides.multiplicative_dropout import MultiplicativeDropoutGuide
+from pyrobnn.guides.normal import NormalGuide
+from pyrobnn.guides.point import PointGuide
 
 GUIDES = {
     "normal": NormalGuide,
@@ -20,4 +21,5 @@ GUIDES = {
 ``--parameterization log_variance`` (variational dense)."""
 
 __all__ = ["SiteGuide", "NormalGuide", "AdditiveDropoutGuide", "MultiplicativeDropoutGuide", "DropoutGuide",
-           "PointGuide", "MixtureNodeGuide", "TwoGroupSGD", "FlatThenLinear", "GUIDES"]
+           "PointGuide", "MixtureNodeGuide", "PosteriorDraws",
+           "GUIDES"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import finite
-from ..distributions import DropoutNormal
-from .base import InitLoc, SiteGuide
+from pyrobnn.checks import finite
+from pyrobnn.distributions import DropoutNormal
+from pyrobnn.guides.base import InitLoc, SiteGuide
 
 __all__ = ["AdditiveDropoutGuide"]
 

@@ -31,8 +31,8 @@ import pyro
 import torch
 from pyro.nn import PyroModule, PyroParam
 
-from .._compat import pyro_context, pyro_name
-from ..conversion import Site
+from pyrobnn._compat import pyro_context, pyro_name
+from pyrobnn.model.conversion import Site
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 
@@ -107,7 +107,8 @@ class SiteGuide(PyroModule):
         """Create the variational parameters of ``site`` with :meth:`add_param`."""
         raise NotImplementedError
 
-    def get_posterior(self, name: str, prior: pyro.distributions.TorchDistribution) -> pyro.distributions.TorchDistribution:
+    def get_posterior(self, name: str,
+                      prior: pyro.distributions.TorchDistribution) -> pyro.distributions.TorchDistribution:
         """The posterior factor :math:`q(w_{name})` (event shape = the parameter's shape), given the site's prior."""
         raise NotImplementedError
 
@@ -119,6 +120,10 @@ class SiteGuide(PyroModule):
         r""":math:`\log\alpha = \log(\sigma^2/\mu^2)`, the dropout-rate parameter of each weight."""
         loc, scale = self.loc_scale(name)
         return 2 * (scale.log() - loc.abs().log())
+
+    num_components: int = 1
+    """K: row r of a batch under an estimator handler uses mixture component r mod K
+    (:func:`~pyrobnn.handlers.node_draws.row_components`); 1 for every family but the mixture node guide."""
 
     pruning_rule: str = "snr"
     """The principled pruning rule of this posterior family (a key of :data:`pyrobnn.analysis.prune.METHODS`)."""

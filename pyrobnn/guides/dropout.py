@@ -5,10 +5,9 @@ from __future__ import annotations
 import fnmatch
 from typing import Mapping, Union
 
-from ..distributions import DropoutWeight
-from ..masked_weight import MaskedWeight  # noqa: F401  (registers the lazy value estimator handlers use)
-from .base import InitLoc
-from .point import PointGuide
+from pyrobnn.distributions import DropoutWeight
+from pyrobnn.guides.base import InitLoc
+from pyrobnn.guides.point import PointGuide
 
 __all__ = ["DropoutGuide"]
 
@@ -29,8 +28,8 @@ class DropoutGuide(PointGuide):
     (:class:`~pyrobnn.distributions.DropoutWeight`; Gal & Ghahramani 2016, "Dropout as a Bayesian
     approximation"). Training with the ELBO is dropout training with weight decay
     :math:`\|M\|^2/(2\sigma_p^2(1-p))` from a Gaussian prior; prediction averages T passes with fresh
-    masks (``pyrobnn.predict(..., num_samples=T)``, one mask per example and pass). Under the
-    estimator handlers each example draws its own mask (:mod:`pyrobnn.masked_weight`); under plain Pyro
+    masks (``pyrobnn.infer.predict(..., num_samples=T)``, one mask per example and pass). Under the
+    estimator handlers each example draws its own mask (:mod:`pyrobnn.handlers.masked_weight`); under plain Pyro
     ``SVI`` one mask per batch. Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import choice, finite
-from ..distributions import KL_APPROXIMATIONS, DropoutNormal
-from .base import SHARING, InitLoc, SiteGuide, shared_shape
+from pyrobnn.checks import choice, finite
+from pyrobnn.distributions import KL_APPROXIMATIONS, DropoutNormal
+from pyrobnn.guides.base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["MultiplicativeDropoutGuide"]
 

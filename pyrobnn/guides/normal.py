@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from ..checks import choice, finite
-from .base import SHARING, InitLoc, SiteGuide, shared_shape
+from pyrobnn.checks import choice, finite
+from pyrobnn.guides.base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["NormalGuide", "PARAMETERIZATIONS"]
 

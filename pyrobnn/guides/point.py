@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyro.distributions as dist
 
-from .base import SiteGuide
+from pyrobnn.guides.base import SiteGuide
 
 __all__ = ["PointGuide"]
 

@@ -1,9 +1,10 @@
-"""Effect handlers: tricks that change how a model runs, not what it is.
+"""How a model runs: effect handlers, the lazy values they give latent sites, moment rules, particle layout.
 
 One Messenger per module, named ``<name>_messenger.py`` as in ``pyro.poutine``; the handler
 functions, each usable as a context manager or a decorator, are made here. The estimators (how a
-layer uses a Gaussian weight) are registered in :data:`ESTIMATORS`, the one list that the API,
-the run configuration and the command line read.
+layer uses a weight that is still a distribution) are registered in :data:`ESTIMATORS`, the one list
+that the API, the run configuration and the command line read; what each does with each posterior
+family is the table of :mod:`pyrobnn.handlers.families`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from .estimator_messenger import EstimatorMessenger
-from .flipout_messenger import FlipoutMessenger
-from .kl_annealing_messenger import KLAnnealingMessenger
-from .local_reparameterization_messenger import LocalReparameterizationMessenger
-from .vdp_messenger import VDPMessenger
-from .weight_sampling_messenger import WeightSamplingMessenger
+from pyrobnn.checks import choice
+from pyrobnn.handlers.estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.families import LAZY_VALUES, has_lazy_value, register_lazy_value
+from pyrobnn.handlers.flipout_messenger import FlipoutMessenger
+from pyrobnn.handlers.kl_annealing_messenger import KLAnnealingMessenger
+from pyrobnn.handlers.local_reparameterization_messenger import LocalReparameterizationMessenger
+from pyrobnn.handlers.vdp_messenger import VDPMessenger
+from pyrobnn.handlers.weight_sampling_messenger import WeightSamplingMessenger
 
 __all__ = [
     "ESTIMATORS",
+    "LAZY_VALUES",
     "EstimatorMessenger",
     "FlipoutMessenger",
     "KLAnnealingMessenger",
@@ -30,8 +34,10 @@ __all__ = [
     "WeightSamplingMessenger",
     "estimator",
     "flipout",
+    "has_lazy_value",
     "kl_annealing",
     "local_reparameterization",
+    "register_lazy_value",
     "vdp",
     "weight_sampling",
 ]
@@ -90,10 +96,8 @@ ESTIMATORS: dict[str, type[EstimatorMessenger]] = {
 """Gradient estimators by name: weight sampling (Blundell et al. 2015), local reparameterization
 (Kingma et al. 2015), flipout (Wen et al. 2018), VDP++ moment propagation (deterministic, no particles)."""
 
+
 def estimator(name: str, num_particles: int = 1, batch_size: Optional[int] = None) -> EstimatorMessenger:
     """The handler of estimator ``name`` (a key of :data:`ESTIMATORS`) with S = ``num_particles`` in one pass;
-    the deterministic ``"vdp"`` ignores the particles."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {sorted(ESTIMATORS)}, got {name!r}")
-    cls = ESTIMATORS[name]
-    return cls(num_particles, batch_size) if cls.stochastic else cls()
+    the deterministic ``"vdp"`` takes none (``num_particles`` must be 1)."""
+    return ESTIMATORS[choice("estimator", name, ESTIMATORS)](num_particles, batch_size)

@@ -1,79 +1,34 @@
-r"""The mechanism every estimator handler shares: Normal-family sites become :class:`GaussianWeight` s.
+r"""The mechanism every estimator handler shares: latent sites become lazy values.
 
-An estimator handler gives every Normal-family latent sample site a
-:class:`~pyrobnn.gaussian_weight.GaussianWeight` value instead of a sampled
+An estimator handler gives every latent sample site with a lazy value (a Normal-family site: a
+:class:`~pyrobnn.handlers.gaussian_weight.GaussianWeight`) that value instead of a sampled
 tensor, and is itself the strategy that the layers consuming it call
-(``layer``/``other``, see :mod:`pyrobnn.gaussian_weight`); each subclass (one file
+(``layer``/``other``, see :mod:`pyrobnn.handlers.gaussian_weight`); each subclass (one file
 each) holds its own rule. Sites that already have a value (the model replaying
-the guide, observed sites), Pyro's subsample sites and non-Normal latent sites
+the guide, observed sites), Pyro's subsample sites and latent sites of other families
 pass through untouched, so the handler is placed around the whole ELBO or
 prediction call (or around the guide), like :func:`~pyrobnn.handlers.kl_annealing`.
 
-``num_particles`` S > 1 vectorizes Monte Carlo by the layout of :mod:`pyrobnn.particles`.
+``num_particles`` S > 1 vectorizes Monte Carlo by the layout of :mod:`pyrobnn.handlers.particles`.
 
-Other posterior families join by registering a lazy value for their distribution type with
-:func:`lazy_value` (e.g. the dropout posterior of :class:`~pyrobnn.guides.DropoutGuide`): the value
-is a :class:`~pyrobnn.distribution_tensor.DistributionTensor` that implements the layers itself,
-reading ``estimator.stochastic`` and ``estimator.particles``.
+Which posterior families get a lazy value, and what each estimator does with it, is the table of
+:mod:`pyrobnn.handlers.families`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
-from torch.distributions import Independent, Normal
 
-from .._compat import DisableTorchFunctionSubclass, tree_map
-from ..checks import positive_int
-from ..gaussian_weight import GaussianWeight, as_sample
-from ..particles import Particles, ParticlesUnsupported
+from pyrobnn._compat import DisableTorchFunctionSubclass, tree_map
+from pyrobnn.checks import positive_int
+from pyrobnn.handlers.families import base_distribution, lazy_value_factory
+from pyrobnn.handlers.gaussian_weight import GaussianWeight
+from pyrobnn.handlers.lazy_value import as_sample
+from pyrobnn.handlers.particles import Particles, ParticlesUnsupported
 
-__all__ = ["EstimatorMessenger", "lazy_value", "has_lazy_value"]
-
-_LAZY_VALUES: dict[type, Callable] = {}
-
-
-def lazy_value(distribution_type: type):
-    """Register ``factory(fn, estimator) -> DistributionTensor``, the value an estimator handler gives a latent
-    site whose distribution ``fn`` (or ``fn.base_dist`` when ``fn`` is an ``Independent``) is a
-    ``distribution_type``; ``fn`` is passed as the site has it (``fn.shape()`` is the value's shape).
-    Used as a decorator; returns the factory."""
-
-    def register(factory):
-        _LAZY_VALUES[distribution_type] = factory
-        return factory
-
-    return register
-
-
-def _base(fn):
-    """The distribution of each element of a site: ``fn.base_dist`` of an ``Independent``, else ``fn``."""
-    return fn.base_dist if isinstance(fn, Independent) else fn
-
-
-def _factory(fn):
-    for cls in type(_base(fn)).__mro__:
-        if cls in _LAZY_VALUES:
-            return _LAZY_VALUES[cls]
-    return None
-
-
-def has_lazy_value(fn) -> bool:
-    """Whether estimator handlers give a site sampled from ``fn`` a lazy value (so it runs particles in one pass)."""
-    return _factory(fn) is not None
-
-
-@lazy_value(Normal)
-def _gaussian_weight(fn, estimator) -> GaussianWeight:
-    base = _base(fn)
-    loc, scale = base.loc, base.scale
-    if loc.shape != fn.shape():
-        loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
-    return GaussianWeight(loc, scale, estimator)
-
+__all__ = ["EstimatorMessenger"]
 
 def _name(func) -> str:
     return getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
@@ -101,12 +56,12 @@ class EstimatorMessenger(Messenger):
         if msg["is_observed"] or msg["done"] or msg["value"] is not None or site_is_subsample(msg):
             return
         fn = msg["fn"]
-        factory = _factory(fn)
+        factory = lazy_value_factory(fn)
         if factory is None:
             if self.particles is not None:
                 raise ParticlesUnsupported(
-                    f"site {msg['name']!r} has a {type(_base(fn)).__name__} posterior: only Normal-family sites run "
-                    f"{self.particles.count} particles in one pass"
+                    f"site {msg['name']!r} has a {type(base_distribution(fn)).__name__} posterior: only the families "
+                    f"of pyrobnn.handlers.families run {self.particles.count} particles in one pass"
                 )
             return  # sampled as usual
         if fn.batch_shape:
@@ -114,7 +69,7 @@ class EstimatorMessenger(Messenger):
                 f"site {msg['name']!r} is sampled inside the vectorized plate(s) "
                 f"{[f.name for f in msg['cond_indep_stack']]} (Trace_ELBO(vectorize_particles=True) or "
                 f"Predictive(parallel=True)): {type(self).__name__} needs one weight per layer; vectorize with "
-                f"num_particles=S here (or pyrobnn.predict.predict) instead"
+                f"num_particles=S here (or pyrobnn.infer.predict.predict) instead"
             )
         msg["value"] = factory(fn, self)
         msg["done"] = True

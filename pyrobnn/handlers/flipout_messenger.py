@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..gaussian_weight import GaussianWeight
-from ..moments import per_unit
-from .estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.gaussian_weight import GaussianWeight
+from pyrobnn.handlers.moments import per_unit
 
 __all__ = ["FlipoutMessenger"]
 
@@ -29,7 +29,7 @@ class FlipoutMessenger(EstimatorMessenger):
     Other operations see one weight sample.
 
     :param num_particles: S > 1 gives every particle its own perturbation and signs, all in one
-        pass (:mod:`pyrobnn.particles`).
+        pass (:mod:`pyrobnn.handlers.particles`).
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..moments import affine_moments
-from .estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.moments import affine_moments
 
 __all__ = ["LocalReparameterizationMessenger"]
 
@@ -16,7 +16,7 @@ class LocalReparameterizationMessenger(EstimatorMessenger):
     .. math:: b \sim \mathcal N\big(F(x, \mu_W) + \mu_b,\; F(x^2, \sigma_W^2) + \sigma_b^2\big)
 
     (:math:`F` the layer's linear map; the moments are VDP++'s for a deterministic input,
-    :func:`~pyrobnn.moments.affine_moments`) instead of one weight matrix per batch: the same
+    :func:`~pyrobnn.handlers.moments.affine_moments`) instead of one weight matrix per batch: the same
     marginal distribution of every pre-activation as weight sampling, independent across
     examples, so gradients have lower variance. Other operations see one weight sample.
     Wrap the ELBO or prediction call::
@@ -30,7 +30,7 @@ class LocalReparameterizationMessenger(EstimatorMessenger):
     positions share weights. Without particles a convolution samples every position
     independently, the usual approximation of Kingma et al. (2015) and Molchanov et al. (2017).
 
-    :param num_particles: S > 1 draws S particles in one pass (:mod:`pyrobnn.particles`).
+    :param num_particles: S > 1 draws S particles in one pass (:mod:`pyrobnn.handlers.particles`).
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..moments import Moments, affine_moments
-from .estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.moments import Moments, affine_moments
 
 __all__ = ["VDPMessenger"]
 
@@ -11,10 +11,10 @@ __all__ = ["VDPMessenger"]
 class VDPMessenger(EstimatorMessenger):
     r"""Run the network deterministically on means and variances instead of sampled weights.
 
-    Every Normal-family weight site becomes a :class:`~pyrobnn.gaussian_weight.GaussianWeight`
-    whose Linear/Conv layers return :class:`~pyrobnn.moments.Moments` (mean and variance of each
-    unit, no covariances, :func:`~pyrobnn.moments.affine_moments`); every following operation
-    propagates them by the rules of :mod:`pyrobnn.moments`, so the same network and the same
+    Every Normal-family weight site becomes a :class:`~pyrobnn.handlers.gaussian_weight.GaussianWeight`
+    whose Linear/Conv layers return :class:`~pyrobnn.handlers.moments.Moments` (mean and variance of each
+    unit, no covariances, :func:`~pyrobnn.handlers.moments.affine_moments`); every following operation
+    propagates them by the rules of :mod:`pyrobnn.handlers.moments`, so the same network and the same
     diagonal Normal posterior used for Bayes by Backprop give the output mean and variance in one
     pass::
 
@@ -30,7 +30,8 @@ class VDPMessenger(EstimatorMessenger):
 
     def __init__(self, num_particles: int = 1, batch_size: int | None = None):
         if num_particles != 1:
-            raise ValueError(f"vdp propagates moments deterministically: num_particles must be 1, got {num_particles!r}")
+            raise ValueError("vdp propagates moments deterministically: "
+                             f"num_particles must be 1, got {num_particles!r}")
         super().__init__()
 
     def layer(self, op, x, weight, bias=None, *rest, **kwargs):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .estimator_messenger import EstimatorMessenger
+from torch.distributions import Normal
+
+from pyrobnn.handlers.estimator_messenger import EstimatorMessenger
+from pyrobnn.handlers.families import base_distribution
 
 __all__ = ["WeightSamplingMessenger"]
 
@@ -14,7 +17,8 @@ class WeightSamplingMessenger(EstimatorMessenger):
     network instead of S. Each particle is exactly one draw of the network under :math:`q(w)`,
     shared by the examples of the batch, as without the handler. A Monte-Carlo KL (e.g. against the
     scale-mixture prior) scores the same S draws. With ``num_particles=1`` it changes nothing
-    (the guide's sample is the weight)::
+    for a Normal-family site (the guide's sample is the weight); sites of the other families of
+    :mod:`pyrobnn.handlers.families` (MC dropout, mixture nodes) get their per-example draws at any S::
 
         with weight_sampling(num_particles=5, batch_size=len(x)):
             loss = MeanFieldELBO().differentiable_loss(model, guide, x, y)
@@ -24,7 +28,8 @@ class WeightSamplingMessenger(EstimatorMessenger):
     """
 
     def _pyro_sample(self, msg):
-        if self.particles is not None:
-            super()._pyro_sample(msg)
+        if self.particles is None and isinstance(base_distribution(msg["fn"]), Normal):
+            return  # one particle: the guide's own sample is the weight
+        super()._pyro_sample(msg)
 
     layer = EstimatorMessenger.sampled_layer

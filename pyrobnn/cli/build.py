@@ -1,0 +1,195 @@
+"""Names to objects: the prior, likelihood, β schedule, optimiser, network, model and guide a run names, and
+the checks of a run's options that need them (before anything is loaded or written)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Optional
+
+import torch
+
+from pyrobnn.checks import in_range, nonnegative, nonnegative_int, positive_int
+from pyrobnn.cli.options import MCMC_MODELS, LikelihoodOptions, MCMCConfig, RunConfig, api_value, flag, toy_dataset
+from pyrobnn.guides import GUIDES
+from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
+from pyrobnn.infer.optim import Optim, StepDecay
+from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.model import BayesianNetwork
+from pyrobnn.model.conversion import last_layer
+from pyrobnn.model.likelihoods import LIKELIHOODS, HeteroscedasticGaussian
+from pyrobnn.model.priors import PRIORS
+from pyrobnn.networks import build_net
+
+__all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
+           "check_run", "check_mcmc"]
+
+_SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
+"""Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
+
+
+_GUIDE_ARGUMENTS = {"num_components": "components"}
+"""Guide constructor argument -> GuideOptions field, where the names differ (``--guide.components`` is K)."""
+
+
+def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Optional[dict] = None):
+    """``registry[name](*args, **kw)`` with ``kw`` the fields of ``options`` the constructor takes
+    (through ``renamed``: constructor argument -> field). A field that the constructor does not take
+    but was changed from its default is an error, not silently ignored."""
+    cls = registry[name]
+    parameters = inspect.signature(cls).parameters
+    renamed = renamed or {}
+    taken = {renamed.get(p, p): p for p in parameters}
+    kwargs, ignored = {}, []
+    for f in dataclasses.fields(options):
+        if f.name == "name":
+            continue
+        value = getattr(options, f.name)
+        if f.name in taken:
+            if value is not None:  # None: the constructor's own default
+                kwargs[taken[f.name]] = api_value(value)
+        elif value != f.default:
+            ignored.append(flag(kind, f.name, True))
+    if ignored:
+        raise ValueError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to "
+                         f"--{kind} {name}")
+    return cls(*args, **kwargs)
+
+
+def make_prior(cfg):
+    """The prior named by ``--prior``, with its options."""
+    return _construct("prior", PRIORS, cfg.prior.name, cfg.prior)
+
+
+def make_likelihood(cfg, task: Optional[str]):
+    """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task
+    (``None``: not checked)."""
+    name = cfg.likelihood.name
+    if name == "auto":
+        name = "categorical" if task == "classification" else "gaussian"
+    if task is not None and (name == "categorical") != (task == "classification"):
+        raise ValueError(f"--likelihood {name} needs a {'classification' if name == 'categorical' else 'regression'} "
+                         f"dataset; {cfg.data.dataset} is {task}")
+    return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
+
+
+def beta_schedule(cfg: RunConfig):
+    """The β schedule named by ``--beta``, with its options."""
+    return _construct("beta", SCHEDULES, cfg.optim.beta.name, cfg.optim.beta, renamed=_SCHEDULE_ARGUMENTS)
+
+
+def _selection(cfg, net):
+
+    if cfg.model.bayesian == "all":
+        return None
+    if cfg.model.bayesian == "last-layer":
+        return last_layer(net)
+    return [pattern.strip() for pattern in cfg.model.bayesian.split(",") if pattern.strip()]
+
+
+def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
+    """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`).
+
+    Weights are initialised from torch's global RNG: seed it first (``pyro.set_rng_seed``)
+    for a reproducible initialisation.
+    """
+    model = build_network(cfg, data)
+    return model, _construct("guide", GUIDES, cfg.guide.name, cfg.guide, model, renamed=_GUIDE_ARGUMENTS)
+
+
+def build_network(cfg, data) -> BayesianNetwork:
+    """The model of a run (:class:`RunConfig` or :class:`MCMCConfig`: its data, model, prior and likelihood
+    groups), for a dataset (:class:`~pyrobnn.data.DataSplits`); weights drawn from torch's global RNG."""
+    likelihood = make_likelihood(cfg, data.task)
+    outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
+    try:
+        net = build_net(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
+                          width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
+    except ValueError as error:
+        raise ValueError(f"--model {cfg.model.name}: {error}") from None
+    deterministic = cfg.model.bayesian == "none"
+    return BayesianNetwork(
+        net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
+        include=_selection(cfg, net), deterministic=deterministic, input_shape=data.input_shape,
+    )
+
+
+def check_run(cfg: RunConfig) -> None:
+    """Validate what needs no data: counts, and the prior, likelihood and schedule options
+    (dataset and model names are checked by :func:`~pyrobnn.data.load_dataset` and
+    :func:`~pyrobnn.networks.build_net`, which know their aliases).
+
+    Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
+    """
+    for option, value in (("--epochs", cfg.optim.epochs), ("--batch-size", cfg.optim.batch_size),
+                          ("--num-particles", cfg.optim.num_particles), ("--num-samples", cfg.output.num_samples)):
+        positive_int(option, value)
+    for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
+        if value is not None:
+            positive_int(option, value)
+    nonnegative_int("--val-size", cfg.data.val_size)
+    nonnegative_int("--lr-step", cfg.optim.lr_step)
+    make_prior(cfg)
+    beta_schedule(cfg)
+    if cfg.likelihood.name != "auto":
+        make_likelihood(cfg, None)
+    make_optimizer_factory(cfg)
+
+
+def check_mcmc(cfg: MCMCConfig) -> None:
+    """Validate everything that needs no data: the NUTS options, a toy dataset and its sizes, a small
+    mlp without dropout, a prior with a density, and no option that has no meaning for NUTS.
+
+    Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
+    """
+    mc = cfg.mcmc
+    for option, value in (("--num-samples", mc.num_samples), ("--num-chains", mc.num_chains),
+                          ("--max-tree-depth", mc.max_tree_depth)):
+        positive_int(option, value)
+    nonnegative_int("--warmup", mc.warmup)
+    in_range("--target-accept", mc.target_accept, 0, 1, "()")
+    nonnegative("--init-jitter", mc.init_jitter)
+    toy_dataset(cfg.data.dataset)
+    for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
+        if value is not None:
+            positive_int(option, value)
+    if cfg.data.train_size is not None and cfg.data.train_size > MAX_FULL_BATCH:
+        raise ValueError(f"--train-size {cfg.data.train_size}: NUTS runs full batch and pyrobnn mcmc takes at "
+                         f"most {MAX_FULL_BATCH} training points")
+    if cfg.data.val_size != 0:
+        raise ValueError("--val-size does not apply to pyrobnn mcmc: it samples on every training point and "
+                         "reports no validation metrics")
+    if cfg.model.name.lower() not in MCMC_MODELS:
+        raise ValueError(f"--model {cfg.model.name}: pyrobnn mcmc samples small networks, --model "
+                         f"{' or '.join(MCMC_MODELS)} with a few narrow --hidden layers")
+    for width in cfg.model.hidden:
+        positive_int("--hidden", width)
+    if cfg.model.dropout != 0:
+        raise ValueError("--dropout does not apply to pyrobnn mcmc: NUTS needs a potential energy that is a "
+                         "deterministic function of the weights")
+    if cfg.model.bayesian == "none":
+        raise ValueError("--bayesian none leaves no weights for NUTS to sample")
+    if cfg.prior.name == "node":
+        raise ValueError("--prior node does not apply to pyrobnn mcmc: the implicit BNN keeps its weights as point "
+                         "estimates to be trained, so NUTS would sample the node latents of an untrained network; "
+                         "use --prior gaussian or scale-mixture (or train the implicit BNN with `pyrobnn train`)")
+    reference = torch.full((2,), 0.5)
+    try:
+        check_prior(make_prior(cfg)(reference), reference, "its distribution")
+    except ValueError as error:
+        raise ValueError(f"--prior {cfg.prior.name} has no proper density for NUTS: {error}") from None
+    defaults = LikelihoodOptions()
+    for name in ("learn_scale", "vdp_objective"):
+        if getattr(cfg.likelihood, name) != getattr(defaults, name):
+            raise ValueError(f"{flag('likelihood', name, True)} does not apply to pyrobnn mcmc: NUTS samples "
+                             "the weights and holds the likelihood fixed")
+    if cfg.likelihood.name != "auto":
+        make_likelihood(cfg, None)
+
+
+def make_optimizer_factory(cfg: RunConfig) -> Optim:
+    """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` with the step decay of ``--lr-step`` and
+    ``--lr-gamma``."""
+    opt = cfg.optim
+    schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else None
+    return Optim(opt.optimizer, opt.lr, opt.weight_decay, schedule=schedule)

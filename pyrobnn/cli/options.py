@@ -1,0 +1,478 @@
+"""A run described by plain data: which dataset, network, prior, guide, likelihood and optimisation.
+
+The dataclasses only: :mod:`pyrobnn.cli.build` turns them into objects and checks them.
+
+:class:`RunConfig` is what ``pyrobnn train`` parses and what a checkpoint stores
+(:meth:`RunConfig.to_dict`), so ``pyrobnn evaluate`` and ``pyrobnn prune`` rebuild
+the same model and guide from the checkpoint alone (:meth:`RunConfig.from_dict`,
+:func:`build`). Its option groups are nested dataclasses, shown by tyro as groups of
+``--help``: ``data``, ``model``, ``prior``, ``guide``, ``likelihood``, ``optim`` (with
+the β schedule ``optim.beta``) and ``output``.
+
+Every closed choice is read from its registry (:data:`pyrobnn.model.priors.PRIORS`,
+:data:`pyrobnn.guides.GUIDES`, :data:`pyrobnn.infer.schedules.SCHEDULES`,
+:data:`pyrobnn.handlers.ESTIMATORS`, ...), and :func:`build` constructs priors, guides,
+likelihoods and schedules through the same registries, passing each the options its
+constructor takes. Choices are spelled with hyphens on the command line
+(``log-variance``, ``cross-entropy``); :data:`API_SPELLING` maps them to the values of the
+Python API.
+
+:class:`MCMCConfig` is what ``pyrobnn mcmc`` parses and what its ``draws.pt`` stores: the same
+``data``, ``model``, ``prior`` and ``likelihood`` groups (the network is built by
+:func:`build_network`, as for SVI), an ``mcmc`` group of NUTS options
+(:func:`pyrobnn.infer.mcmc.sample_posterior`) and an ``output`` group with the seed.
+"""
+
+import dataclasses
+import inspect
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from tyro.conf import OmitArgPrefixes, Suppress, arg
+
+from pyrobnn.data import _ALIASES, DATASETS
+from pyrobnn.device import DEVICE_METAVAR
+from pyrobnn.distributions import MIXTURE_KLS
+from pyrobnn.guides import GUIDES
+from pyrobnn.guides.base import SHARING
+from pyrobnn.guides.normal import PARAMETERIZATIONS
+from pyrobnn.handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
+from pyrobnn.infer.mcmc import sample_posterior
+from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
+from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.infer.svi import PRECISIONS, fit
+from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
+from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
+from pyrobnn.networks import NETWORKS
+
+__all__ = [
+    "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
+    "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
+    "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
+    "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset",
+]
+
+ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
+"""Names of the gradient estimators (the keys of :data:`pyrobnn.handlers.ESTIMATORS`)."""
+
+"""Observation models selectable by name (``--likelihood``; ``auto`` picks by the dataset's task)."""
+
+API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy", "mixture-mean": "mixture_mean",
+                "entropy-bound": "entropy_bound"}
+"""Command-line spelling of a choice -> the value the Python API takes, where they differ."""
+
+_CLI_SPELLING = {api: cli for cli, api in API_SPELLING.items()}
+
+RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out")
+"""Options that may differ between a run and its ``--resume``: none changes what was trained."""
+
+DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH}"
+MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
+
+
+def _cli(value):
+    return _CLI_SPELLING.get(value, value) if isinstance(value, str) else value
+
+
+def api_value(value):
+    return API_SPELLING.get(value, value) if isinstance(value, str) else value
+
+
+def _choices(values) -> Any:
+    """``Literal`` of a registry's names in command-line spelling (built from the registry, never re-listed)."""
+    return Literal[tuple(_cli(v) for v in values)]
+
+
+def _default(cls, name: str):
+    """The default of ``cls``'s constructor argument ``name``: one place for every default."""
+    return inspect.signature(cls).parameters[name].default
+
+
+def _flat(**kwargs):
+    """A field whose flag carries no group prefix (``--epochs``, not ``--optim.epochs``)."""
+    return arg(prefix_name=False, **kwargs)
+
+
+PriorName = _choices(PRIORS)
+GuideName = _choices(GUIDES)
+ScheduleName = _choices(SCHEDULES)
+EstimatorName = _choices(ESTIMATORS)
+LikelihoodName = _choices(("auto", *LIKELIHOODS))
+Share = _choices(SHARING)
+
+
+@dataclass
+class DataOptions:
+    """Which examples to train and test on."""
+
+    dataset: Annotated[str, arg(metavar=DATASET_METAVAR)] = "mnist"
+    """Dataset; folder:PATH is an ImageFolder tree with train/ and test/ class folders."""
+    data_root: Annotated[Optional[Path], arg(metavar="PATH",
+                                             help_behavior_hint="(default: $PYROBNN_DATA, "
+                                                                "else ~/.cache/pyrobnn/data)")] = None
+    """Directory holding the datasets."""
+    train_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: all)")] = None
+    """Train on a seeded random subset of this many examples (toy datasets: generate this many)."""
+    test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: all)")] = None
+    """Test on a seeded random subset of this many examples."""
+    val_size: int = 0
+    """Hold out this many training examples and evaluate them after each epoch (0: none)."""
+    augment: bool = False
+    ("Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, "
+     "randomly cropped (padding 4) and flipped on the device; test images are normalised alike.")
+
+
+@dataclass
+class ModelOptions:
+    """The network and which of its parameters are Bayesian."""
+
+    name: Annotated[str, arg(name="model", metavar=MODEL_METAVAR)] = "mlp"
+    ("Network: mlp, LeNet-300-100, LeNet-5, a small ViT, the CIFAR nets (lenet5-cifar, alexnet, resnet18, resnet50, "
+     "vgg16, wrn28-10, wrn<d>-<k>), a one-block transformer (text datasets: imdb) or a torchvision classifier "
+     "(tv:NAME).")
+    hidden: tuple[int, ...] = (400,)
+    """Hidden widths of the mlp, e.g. 1200 1200."""
+    dropout: float = 0.0
+    ("Dropout rate in the mlp, vit, alexnet and vgg16 classifiers and wide-ResNet blocks (0: none; refused by the "
+     "others).")
+    width: float = 1.0
+    ("Multiplier of the hidden widths of the built-in models (e.g. 0.25 for a quick run; wrn28-10 at 0.1 is WRN-28-1).")
+    bayesian: Annotated[str, arg(metavar="{all,last-layer,none,PATTERNS}")] = "all"
+    ("Parameters with priors: all (normalisation layers stay deterministic), last-layer, none (maximum likelihood), or"
+     " comma-separated globs over parameter names.")
+
+
+@dataclass
+class PriorOptions:
+    """The weight prior p(w) (pyrobnn.model.priors)."""
+
+    name: Annotated[PriorName, arg(name="prior", prefix_name=False)] = "gaussian"
+    ("gaussian N(0, scale^2), the scale mixture of Blundell et al. (2015), or the log-uniform prior of variational "
+     "dropout (Kingma et al. 2015).")
+    scale: Annotated[Optional[float], arg(help_behavior_hint="(default: 1 for gaussian, 0.3 for node)")] = None
+    """gaussian: standard deviation; node: s of the node-wise N(1, s^2)."""
+    mode: _choices(NodePrior.MODES) = _default(NodePrior, "mode")
+    """node: the latents multiply each layer's inputs (Trinh et al. 2020) or its outputs (Trinh et al. 2022)."""
+    bias: bool = _default(NodePrior, "bias")
+    """node: also a latent on each layer's bias (mode in)."""
+    pi: float = _default(ScaleMixturePrior, "pi")
+    """scale-mixture: weight of the wide component, in (0, 1)."""
+    sigma1: float = _default(ScaleMixturePrior, "sigma1")
+    """scale-mixture: standard deviation of the wide component."""
+    sigma2: Annotated[float, arg(help_behavior_hint="(default: e^-8)")] = _default(ScaleMixturePrior, "sigma2")
+    """scale-mixture: standard deviation of the narrow component."""
+
+
+@dataclass
+class GuideOptions:
+    """The posterior family q(w) (pyrobnn.guides)."""
+
+    name: Annotated[GuideName, arg(name="guide", prefix_name=False)] = "normal"
+    ("normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout "
+     "(Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015); dropout: MC dropout (Gal & "
+     "Ghahramani 2016); point: MAP point estimates.")
+    parameterization: _choices(PARAMETERIZATIONS) = _cli(_default(GUIDES["normal"], "parameterization"))
+    ("normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the "
+     "variational dense of Graves (2011).")
+    share: Share = _default(GUIDES["normal"], "share")
+    """normal (sigma) and multiplicative (log alpha): one per weight, per output unit (row) or per layer."""
+    init_rho: float = _default(GUIDES["normal"], "init_rho")
+    """normal: initial rho, sigma0 = softplus(rho) (-5 gives 6.7e-3)."""
+    init_log_sigma2: float = _default(GUIDES["additive"], "init_log_sigma2")
+    """additive: initial log sigma^2 of every weight."""
+    init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
+    """multiplicative: initial log alpha."""
+    rate: float = _default(GUIDES["dropout"], "rate")
+    ("dropout: probability of dropping each input unit (channel) of every Bayesian layer (train with --estimator "
+     "local: one mask per example).")
+    components: int = _default(GUIDES["mixture-node"], "num_components")
+    ("mixture-node: K, the mixture components (train with --estimator local, batches a multiple of K; --num-samples a "
+     "multiple of K).")
+    init_scale: float = _default(GUIDES["mixture-node"], "init_scale")
+    """mixture-node: spread of the initial component means around 1."""
+    kl: _choices(MIXTURE_KLS) = _cli(_default(GUIDES["mixture-node"], "kl"))
+    """mixture-node: KL of the mixture-mean Gaussian (Trinh et al. 2020) or the pairwise-Bhattacharyya upper bound."""
+    entropy_weight: float = _default(GUIDES["mixture-node"], "entropy_weight")
+    """mixture-node: gamma, the entropy bonus of the gamma-ELBO (Trinh et al. 2022)."""
+
+
+@dataclass
+class LikelihoodOptions:
+    """The observation model p(y | x, w) (pyrobnn.model.likelihoods)."""
+
+    name: Annotated[LikelihoodName, arg(name="likelihood", prefix_name=False)] = "auto"
+    """auto: categorical for classification, gaussian for regression; heteroscedastic learns the noise per input."""
+    scale: float = 0.1
+    """gaussian: noise standard deviation (its initial value with --likelihood.learn-scale)."""
+    learn_scale: bool = _default(Gaussian, "learn_scale")
+    """gaussian: learn the noise standard deviation as a point estimate."""
+    vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = _cli(_default(Categorical, "vdp_objective"))
+    ("categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-"
+     "entropy.")
+
+
+@dataclass
+class BetaOptions:
+    """The KL weight beta of each minibatch (pyrobnn.infer.schedules)."""
+
+    name: Annotated[ScheduleName, arg(name="beta", prefix_name=False)] = "geometric"
+    ("constant; linear: 0 for --beta.warmup epochs, then a ramp to --beta.value over --beta.anneal epochs; geometric: "
+     "minibatch i of M weighs 2^(M-i)/(2^M-1) (Blundell et al. 2015).")
+    value: float = _default(SCHEDULES["constant"], "beta")
+    """constant: beta; linear: the final beta."""
+    warmup: int = _default(SCHEDULES["linear"], "warmup")
+    """linear: epochs with beta = 0."""
+    anneal: int = _default(SCHEDULES["linear"], "anneal")
+    """linear: epochs of the ramp after the warm-up (0: jump)."""
+
+
+_SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
+"""Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
+
+
+@dataclass
+class OptimOptions:
+    """Stochastic variational inference: steps, estimator, particles, seed, device."""
+
+    epochs: Annotated[int, _flat()] = _default(fit, "epochs")
+    """Passes over the training data."""
+    batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
+    """Minibatch size B (the likelihood is scaled by N/B)."""
+    lr: Annotated[float, _flat()] = _default(Optim, "lr")
+    """Learning rate."""
+    optimizer: Annotated[_choices(OPTIMIZERS), _flat()] = _default(Optim, "name")
+    """Optimiser (sgd with momentum 0.9)."""
+    weight_decay: Annotated[float, _flat()] = _default(Optim, "weight_decay")
+    """L2 penalty of the optimiser on every parameter (0: none)."""
+    lr_step: Annotated[int, _flat()] = 0
+    """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
+    lr_gamma: Annotated[float, _flat()] = _default(StepDecay, "gamma")
+    """Learning-rate decay factor."""
+    num_particles: Annotated[int, _flat()] = _default(fit, "num_particles")
+    """Posterior samples per training step, drawn in one batched pass."""
+    precision: Annotated[_choices(PRECISIONS), _flat()] = _default(fit, "precision")
+    """Arithmetic of the network: fp32, or bf16 autocast (the KL and log-likelihood stay in fp32)."""
+    estimator: Annotated[EstimatorName, _flat()] = _default(fit, "estimator")
+    ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
+     "propagation, deterministic (Dera et al. 2019).")
+    beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
+    seed: Annotated[int, _flat()] = _default(fit, "seed")
+    """Random seed: subsets, weight initialisation, noise, data order, test predictions."""
+    device: Annotated[str, _flat(metavar=DEVICE_METAVAR)] = _default(fit, "device")
+    """Where to train (auto: cuda when available)."""
+
+
+@dataclass
+class OutputOptions:
+    """Where the run is written and how it is reported."""
+
+    out: Annotated[Path, arg(metavar="DIR")] = Path("runs/latest")
+    """Output directory: checkpoint.pt (after every epoch), metrics.json, reliability.png."""
+    resume: Annotated[bool, arg(help="Continue from <out>/checkpoint.pt if it exists; only "
+                                     + ", ".join(o for o in RESUMABLE if o not in ("--resume", "--out"))
+                                     + " may differ from the run that wrote it.")] = False
+    progress: bool = True
+    """Show a progress bar."""
+    num_samples: int = 100
+    """Monte-Carlo samples of the posterior predictive for the test report."""
+
+
+class _Config:
+    """What :class:`RunConfig` and :class:`MCMCConfig` share: plain data for a checkpoint, and flags."""
+
+    def to_dict(self) -> dict:
+        """Nested dict of plain values (paths as strings, tuples as lists): what a checkpoint stores."""
+        def plain(value):
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, (tuple, list)):
+                return [plain(v) for v in value]
+            return str(value) if isinstance(value, Path) else value
+
+        return plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """The config of :meth:`to_dict`; raises :class:`ValueError` naming any option it does not know."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a run configuration must be a dict of option groups, got {type(values).__name__}")
+        return _from_dict(cls, values, "")
+
+    def flags(self) -> dict[str, Any]:
+        """``{command-line flag: value}`` of every option (``--lr``, ``--prior.scale``, ...)."""
+        return dict(_flags(self))
+
+
+@dataclass
+class RunConfig(_Config):
+    """Train a Bayesian neural network by SVI on the annealed ELBO; write checkpoint.pt, metrics.json and
+    reliability.png to --out."""
+
+    data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
+    model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
+    prior: PriorOptions = field(default_factory=PriorOptions)
+    guide: GuideOptions = field(default_factory=GuideOptions)
+    likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
+    optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
+    output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
+
+
+
+# ---------------------------------------------------------------------- pyrobnn mcmc
+
+TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
+"""The datasets ``pyrobnn mcmc`` samples on: NUTS evaluates the full-batch likelihood hundreds of
+times per draw, which only a toy problem affords."""
+
+MCMC_MODELS = ("mlp",)
+"""The networks ``pyrobnn mcmc`` samples (``--model``)."""
+
+MCMC_MAX_WEIGHTS = 5_000
+"""The most Bayesian weights ``pyrobnn mcmc`` samples: the dimension of the space NUTS explores."""
+
+
+def toy_dataset(name: str) -> str:
+    """The canonical name of a toy dataset (aliases as :func:`~pyrobnn.data.load_dataset` takes them);
+    any other dataset is a :class:`ValueError` naming ``--dataset``."""
+
+    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else name
+    key = _ALIASES.get(key, key)
+    if key in TOY_DATASETS:
+        return key
+    known = key in DATASETS or (isinstance(name, str) and name.startswith("folder:"))
+    advice = (f"for {name} train a variational posterior with `pyrobnn train`" if known
+              else f"unknown dataset {name!r}")
+    raise ValueError(f"--dataset {name}: pyrobnn mcmc samples only the toy problems {', '.join(TOY_DATASETS)} "
+                     f"(NUTS runs full batch, hundreds of network passes per draw); {advice}")
+
+
+@dataclass
+class ToyDataOptions(DataOptions):
+    """Which toy problem to sample on, and how many points to generate."""
+
+    dataset: Annotated[str, arg(metavar="{" + ",".join(TOY_DATASETS) + "}")] = "two-moons"
+    """Toy problem: two-moons (classification), cubic or sinusoid (regression)."""
+    data_root: Suppress[Optional[Path]] = None  # toy problems are generated, not read
+    train_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
+    """Generate this many training points (NUTS runs full batch: at most pyrobnn.infer.mcmc.MAX_FULL_BATCH)."""
+    test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
+    """Generate this many test points."""
+    val_size: Suppress[int] = 0  # NUTS samples on every training point
+    augment: Suppress[bool] = False  # toy problems are not images
+
+
+@dataclass
+class MCMCModelOptions(ModelOptions):
+    """The network and which of its parameters are Bayesian (sampled by NUTS; the others stay at their seeded initial
+    values)."""
+
+    name: Annotated[str, arg(name="model", metavar="{" + ",".join(MCMC_MODELS) + "}")] = "mlp"
+    """Network: a multilayer perceptron, small enough for NUTS."""
+    hidden: tuple[int, ...] = (16,)
+    """Hidden widths of the mlp, e.g. 16 16."""
+    dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
+
+
+@dataclass
+class MCMCLikelihoodOptions(LikelihoodOptions):
+    """The observation model p(y | x, w) (pyrobnn.model.likelihoods), held fixed while NUTS samples the weights."""
+
+    scale: float = 0.1
+    """gaussian: noise standard deviation."""
+    learn_scale: Suppress[bool] = _default(Gaussian, "learn_scale")  # NUTS samples the weights only
+    vdp_objective: Suppress[_choices(Categorical.VDP_OBJECTIVES)] = _cli(_default(Categorical, "vdp_objective"))
+
+
+@dataclass
+class MCMCOptions:
+    """No-U-Turn sampling of the exact posterior (pyrobnn.infer.mcmc, Hoffman & Gelman 2014)."""
+
+    num_samples: Annotated[int, _flat()] = _default(sample_posterior, "num_samples")
+    """Draws kept per chain, after the warm-up."""
+    warmup: Annotated[int, _flat()] = _default(sample_posterior, "warmup")
+    """Warm-up steps per chain, which adapt the step size and a diagonal mass matrix and are discarded."""
+    num_chains: Annotated[int, _flat()] = _default(sample_posterior, "num_chains")
+    ("Chains, run one after the other from the seeded initial weights plus --init-jitter noise; split R-hat compares 2"
+     " or more.")
+    target_accept: Annotated[float, _flat()] = _default(sample_posterior, "target_accept")
+    """Acceptance probability the step-size adaptation aims for, in (0, 1); raise it when transitions diverge."""
+    max_tree_depth: Annotated[int, _flat()] = _default(sample_posterior, "max_tree_depth")
+    """Largest NUTS tree depth: at most 2^depth - 1 leapfrog steps per draw."""
+    init_jitter: Annotated[float, _flat()] = _default(sample_posterior, "init_jitter")
+    """Standard deviation of the Gaussian noise added to the initial weights of each chain."""
+    jit: Annotated[bool, _flat()] = _default(sample_posterior, "jit")
+    """Compile the potential energy and its gradient with the PyTorch JIT."""
+
+
+@dataclass
+class MCMCOutputOptions:
+    """Where the draws are written, the seed, and how the run is reported."""
+
+    out: Annotated[Path, arg(metavar="DIR")] = Path("runs/mcmc")
+    ("Output directory: draws.pt, diagnostics.json, and boundary.png (classification) or predictive.png (regression).")
+    seed: int = 0
+    """Random seed: the generated data, the initial weights and the chains."""
+    progress: bool = True
+    """Show a progress bar per chain."""
+
+
+@dataclass
+class MCMCConfig(_Config):
+    """Sample the posterior of a small Bayesian network on a toy problem with NUTS (full batch); write draws.pt,
+    diagnostics.json and a plot to --out."""
+
+    data: OmitArgPrefixes[ToyDataOptions] = field(default_factory=ToyDataOptions)
+    model: OmitArgPrefixes[MCMCModelOptions] = field(default_factory=MCMCModelOptions)
+    prior: PriorOptions = field(default_factory=PriorOptions)
+    likelihood: MCMCLikelihoodOptions = field(default_factory=MCMCLikelihoodOptions)
+    mcmc: MCMCOptions = field(default_factory=MCMCOptions)
+    output: OmitArgPrefixes[MCMCOutputOptions] = field(default_factory=MCMCOutputOptions)
+
+
+def _is_path(annotation) -> bool:
+    return annotation is Path or Path in typing.get_args(annotation)
+
+
+def _from_dict(cls, values: dict, prefix: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    types = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(prefix + k for k in unknown)} in the run configuration "
+                         "(written by another pyrobnn version?)")
+    kwargs = {}
+    for name, value in values.items():
+        default = getattr(cls(), name)
+        if dataclasses.is_dataclass(default):
+            if not isinstance(value, dict):
+                raise ValueError(f"option group {prefix}{name} of the run configuration must be a dict")
+            kwargs[name] = _from_dict(type(default), value, f"{prefix}{name}.")
+        elif _is_path(types[name]):
+            kwargs[name] = None if value is None else Path(value)
+        elif isinstance(default, tuple):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = _cli(value)
+    return cls(**kwargs)
+
+
+def flag(group: str, field_name: str, prefixed: bool) -> str:
+    if field_name == "name":
+        return "--" + group.replace("_", "-")
+    name = field_name.replace("_", "-")
+    return f"--{group}.{name}" if prefixed else f"--{name}"
+
+
+def _flags(options, group: str = ""):
+    """``(flag, value)`` pairs; groups with a ``name`` field other than the model (a choice with
+    its own options: prior, guide, likelihood, beta) prefix their options' flags with the group."""
+    names = [f.name for f in dataclasses.fields(options)]
+    prefixed = "name" in names and not isinstance(options, ModelOptions)
+    for name in names:
+        value = getattr(options, name)
+        if dataclasses.is_dataclass(value):
+            yield from _flags(value, name)
+        else:
+            yield flag(group, name, prefixed), value

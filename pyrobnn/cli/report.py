@@ -1,0 +1,136 @@
+"""What a person reads: one-line messages, readable numbers, the epoch line and rich tables."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from pyrobnn.checks import one_line
+
+__all__ = ["console", "say", "error_line", "num", "percent", "epoch_line", "metrics_table", "diagnostics_table",
+           "draws_shape", "json_safe", "shown"]
+
+console = Console()
+
+
+def say(text: str) -> None:
+    """One line on stdout, never wrapped, no markup."""
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+def error_line(message: str) -> None:
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def num(value) -> str:
+    """A readable number: 4 significant digits, no long exponents for tiny values."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    size = abs(value)
+    if size < 1e-9:
+        return "0"
+    if size < 1e-3:
+        return f"{value:.1e}"
+    if size >= 1e5:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+_VAL_NAMES = {"accuracy": "acc"}
+
+
+_PERCENT_METRICS = ("accuracy", "ece")
+
+
+def epoch_line(record: dict, epochs: int) -> str:
+    """The line printed after each epoch, from a :func:`~pyrobnn.infer.svi.fit` record, e.g.
+    ``epoch 3/10  loss 0.2312/example  nll 0.1/example  kl 1234 nats  beta 1 (mean)  lr 0.001
+    sparsity 45.1 % (net.0 40.2 %, net.2 60.3 %)  val acc 97.1 %  12.3 s``."""
+    parts = [f"epoch {record.get('epoch', '?')}/{epochs}"]
+    for key, template in (("loss", "loss {}/example"), ("nll", "nll {}/example"), ("kl", "kl {} nats"),
+                          ("beta", "beta {} (mean)"), ("lr", "lr {}")):
+        if key in record:
+            parts.append(template.format(num(record[key])))
+    if "sparsity" in record:
+        layers = record.get("layer_sparsity")
+        detail = ""
+        if isinstance(layers, dict) and layers:
+            detail = " (" + ", ".join(f"{name.removesuffix('.weight')} {percent(v)}"
+                                      for name, v in layers.items()) + ")"
+        parts.append(f"sparsity {percent(record['sparsity'])}{detail}")
+    for key, value in record.items():
+        if key.startswith("val_"):
+            metric = key[len("val_"):]
+            shown = percent(value) if metric in _PERCENT_METRICS else num(value)
+            parts.append(f"val {_VAL_NAMES.get(metric, metric)} {shown}")
+    if "seconds" in record:
+        parts.append(f"{record['seconds']:.1f} s")
+    return "  ".join(parts)
+
+
+def metrics_table(title: str, rows: dict[str, dict[str, float]]) -> Table:
+    """A rich table with one row per run and one column per metric."""
+    table = Table(title=title)
+    columns = list(dict.fromkeys(k for metrics in rows.values() for k in metrics))
+    table.add_column("run")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, metrics in rows.items():
+        table.add_row(name, *(f"{metrics[c]:.4f}" if c in metrics else "" for c in columns))
+    return table
+
+
+def draws_shape(draws: dict) -> str:
+    chains, samples = next(iter(draws.values())).shape[:2]
+    return f"{chains} chain{'s' if chains != 1 else ''} x {samples} draws"
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (an undefined R-hat) as ``None``: strict JSON has no inf or nan."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def diagnostics_table(title: str, diagnostics: dict) -> Table:
+    """A rich table of the NUTS diagnostics of :func:`~pyrobnn.infer.mcmc.sample_posterior`, one per row: the worst
+    split R-hat and bulk ESS over all weights, divergences, each chain's adapted step size and mean acceptance
+    probability (what ``--target-accept`` aims for),
+    leapfrog steps per draw and seconds."""
+    chains = diagnostics.get("chains", [])
+    table = Table(title=title)
+    table.add_column("diagnostic")
+    table.add_column("value", justify="right")
+    rows = (
+        ("split R-hat, max (<= 1.05)", num(diagnostics["r_hat_max"])),
+        ("bulk ESS, min", num(diagnostics["ess_min"])),
+        ("divergences", f"{diagnostics['divergences']} ({percent(diagnostics['divergence_rate'])})"),
+        ("step size per chain", ", ".join(num(c["step_size"]) for c in chains)),
+        (f"mean acceptance probability per chain (target {diagnostics.get('target_accept', '?')})",
+         ", ".join(f"{c['mean_accept_prob']:.3f}" for c in chains)),
+        ("leapfrog steps per draw", num(diagnostics["leapfrog_steps"])),
+        ("seconds", f"{diagnostics['seconds']:.1f}"),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def shown(value) -> str:
+    """An option's value as it is typed on the command line."""
+    if isinstance(value, (tuple, list)):
+        return " ".join(map(str, value))
+    return "(none)" if value is None else str(value)

@@ -1,0 +1,188 @@
+r"""Optimisers as objects: the optimiser, its learning-rate schedule and warm-up, given to ``fit`` as one.
+
+An *optimizer factory* is a callable ``(model, guide) -> torch.optim.Optimizer`` that may carry
+``schedule`` (a multiplier of each group's initial rate per epoch, ``torch.optim.lr_scheduler.LambdaLR``)
+and ``warmup_steps`` (a linear per-step ramp over the first optimiser steps). :class:`Optim` is the plain
+one (Adam or SGD over every parameter of the guide and the model); :class:`TwoGroupSGD` the two parameter
+groups of implicit BNNs. Schedules: :class:`StepDecay` (Blundell et al. 2015 halve the rate every 100 epochs)
+and :class:`FlatThenLinear` (Trinh et al. 2020).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_int, positive, positive_int
+
+__all__ = ["OPTIMIZERS", "Optim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer", "make_scheduler",
+           "Schedule"]
+
+Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
+"""A learning-rate multiplier per epoch, ``schedule(epoch)``, or one such callable per parameter group."""
+
+OPTIMIZERS: dict[str, tuple[type, dict]] = {
+    "adam": (torch.optim.Adam, {}),
+    "sgd": (torch.optim.SGD, {"momentum": 0.9}),
+}
+"""Optimisers by name (``--optimizer``): the class and its fixed options (SGD with momentum 0.9)."""
+
+
+def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """:data:`OPTIMIZERS` ``[name]`` over ``params``, fused into one kernel where the device supports it (CPU and
+    CUDA): one update for all parameters instead of one per tensor."""
+    params = list(params)
+    cls, options = OPTIMIZERS[choice("optimizer", name, OPTIMIZERS)]
+    if params:
+        try:
+            return cls(params, lr=lr, weight_decay=weight_decay, fused=True, **options)
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    return cls(params, lr=lr, weight_decay=weight_decay, **options)
+
+
+def _check_schedule(schedule, warmup_steps) -> None:
+    if schedule is not None and not callable(schedule) and not (
+            isinstance(schedule, Sequence) and all(callable(s) for s in schedule)):
+        raise TypeError(f"schedule must be a callable epoch -> multiplier or a sequence of them, got {schedule!r}")
+    nonnegative_int("warmup_steps (0: no warm-up)", warmup_steps)
+
+
+def _constant(epoch: int) -> float:
+    return 1.0
+
+
+def make_scheduler(optim: torch.optim.Optimizer, schedule: Optional[Schedule]):
+    """``LambdaLR`` of ``schedule`` over ``optim``'s groups; a single callable is not applied to groups marked
+    ``"scheduled": False`` (e.g. :class:`TwoGroupSGD`'s variational one). ``None``: a constant rate."""
+    if schedule is None:
+        schedule = _constant
+    if callable(schedule):
+        schedule = [schedule if group.get("scheduled", True) else _constant for group in optim.param_groups]
+    return torch.optim.lr_scheduler.LambdaLR(optim, list(schedule))
+
+
+@dataclass(frozen=True)
+class Optim:
+    """Adam (or SGD with momentum 0.9) over the guide's and the model's parameters, with its schedule.
+
+    :param name: a key of :data:`OPTIMIZERS`.
+    :param lr: the learning rate.
+    :param weight_decay: L2 penalty on every parameter.
+    :param schedule: a multiplier of the rate per epoch (:class:`StepDecay`, :class:`FlatThenLinear`, any
+        callable), or None for a constant rate.
+    :param warmup_steps: ramp the rate linearly from ``1/W`` of its value over the first ``W`` optimiser steps.
+    """
+
+    name: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    schedule: Optional[Schedule] = None
+    warmup_steps: int = 0
+
+    def __post_init__(self):
+        choice("optimizer", self.name, OPTIMIZERS)
+        positive("lr (learning rate)", self.lr)
+        nonnegative("weight_decay", self.weight_decay)
+        _check_schedule(self.schedule, self.warmup_steps)
+
+    def __call__(self, model, guide) -> torch.optim.Optimizer:
+        params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
+        return make_optimizer(params, self.name, self.lr, self.weight_decay)
+
+
+@dataclass(frozen=True)
+class StepDecay:
+    """Multiply the learning rate by ``gamma`` every ``step`` epochs (Blundell et al. 2015: 0.5 every 100)."""
+
+    step: int
+    gamma: float = 0.5
+
+    def __post_init__(self):
+        positive_int("step (epochs between decays)", self.step)
+        positive("gamma (the decay factor)", self.gamma)
+
+    def __call__(self, epoch: int) -> float:
+        return self.gamma ** (epoch // self.step)
+
+
+@dataclass(frozen=True)
+class TwoGroupSGD:
+    r"""Optimizer factory ``(model, guide) -> torch.optim.SGD`` with the two parameter groups of implicit BNNs
+    (Trinh, Kaski & Heinonen 2020, sec. 3.3 and Table 2):
+
+    - ``"deterministic"``: the network's own parameters (weights :math:`U`, biases, BatchNorm, a learned
+      noise scale), SGD with Nesterov momentum and weight decay, learning rate :math:`\lambda_0` (0.05 VGG-16,
+      0.1 WRN-28-10), the group ``schedule`` applies to;
+    - ``"variational"``: the guide's parameters, plain SGD at the constant large rate :math:`\lambda_1` (1.2 to
+      4.8 in the paper, about 0.2·K), no weight decay, ``"scheduled": False``.
+
+    Rates and weight decay are those of the paper, whose loss is the mean over the training examples:
+    pyrobnn's ELBO sums over the N examples (the minibatch likelihood is scaled by N/B), so the factory divides
+    the rates by N = ``model.num_data`` and multiplies the weight decay by N, which gives the same updates.
+    ``fit(optimizer=TwoGroupSGD(...))`` sets ``num_data`` before calling it.
+    """
+
+    lr: float = 0.05
+    variational_lr: float = 1.2
+    weight_decay: float = 5e-4
+    momentum: float = 0.9
+    variational_momentum: float = 0.0
+    schedule: Optional[Schedule] = None
+    warmup_steps: int = 0
+
+    def __post_init__(self):
+        positive("lr (the deterministic weights' learning rate)", self.lr)
+        positive("variational_lr (the variational parameters' learning rate)", self.variational_lr)
+        nonnegative("weight_decay", self.weight_decay)
+        in_range("momentum", self.momentum, 0, 1, "[)")
+        in_range("variational_momentum", self.variational_momentum, 0, 1, "[)")
+        _check_schedule(self.schedule, self.warmup_steps)
+
+    def __call__(self, model, guide) -> torch.optim.SGD:
+        num_data = getattr(model, "num_data", None)
+        if not isinstance(num_data, int) or num_data < 1:
+            raise ValueError("TwoGroupSGD scales the paper's per-example rates by the training-set size: build the "
+                             f"model with num_data=N (fit sets it), got num_data={num_data!r}")
+        variational = list(guide.parameters())
+        ids = {id(p) for p in variational}
+        deterministic = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
+        groups = [
+            {"params": deterministic, "lr": self.lr / num_data, "weight_decay": self.weight_decay * num_data,
+             "momentum": self.momentum, "nesterov": self.momentum > 0, "group": "deterministic", "scheduled": True},
+            {"params": variational, "lr": self.variational_lr / num_data, "weight_decay": 0.0,
+             "momentum": self.variational_momentum, "nesterov": False, "group": "variational", "scheduled": False},
+        ]
+        return torch.optim.SGD([g for g in groups if g["params"]], lr=self.lr / num_data)
+
+
+@dataclass(frozen=True)
+class FlatThenLinear:
+    r"""Learning-rate multiplier per epoch: 1 until ``start`` of the run, then linear down to ``final`` at
+    ``end``, then ``final`` (Trinh et al. 2020, sec. 3.3: from epoch 150 to 270 of 300 down to 0.01·λ0,
+    i.e. ``start=0.5, end=0.9``). With :class:`TwoGroupSGD` it applies to the ``"deterministic"`` group only
+    (``param_group["scheduled"]``).
+    """
+
+    epochs: int
+    start: float = 0.5
+    end: float = 0.9
+    final: float = 0.01
+
+    def __post_init__(self):
+        positive_int("epochs", self.epochs)
+        in_range("start (fraction of the run before the decay)", self.start, 0, 1)
+        in_range("end (fraction of the run where the decay stops)", self.end, 0, 1)
+        if self.end < self.start:
+            raise ValueError(f"end ({self.end}) must not come before start ({self.start})")
+        finite("final (the last multiplier)", self.final)
+
+    def __call__(self, epoch: int) -> float:
+        t = epoch / self.epochs
+        if t <= self.start:
+            return 1.0
+        if t >= self.end:
+            return self.final
+        return 1.0 - (1.0 - self.final) * (t - self.start) / (self.end - self.start)

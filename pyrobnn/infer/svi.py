@@ -1,0 +1,323 @@
+r"""The training loop: minibatch SVI on the annealed ELBO, with validation, checkpoints and resume.
+
+One step on minibatch :math:`i` of epoch :math:`e` minimises
+
+.. math:: -\frac{N}{B}\sum_{b}\log p(y_b|x_b,w) + \beta_{e,i}\,\mathrm{KL}(q\|p),
+          \quad w \sim q \ (\text{``num\_particles``} \text{ samples})
+
+with one ``torch.optim`` optimiser over every parameter of
+the guide and the model's deterministic parameters. It is the loop a Pyro
+user would write around :class:`pyro.infer.SVI`, with what a long run needs:
+a β schedule (:mod:`pyrobnn.infer.schedules`, applied by
+:func:`~pyrobnn.handlers.kl_annealing`), the optimiser with its learning-rate
+schedule and warm-up as one object (:mod:`pyrobnn.infer.optim`), per-epoch
+callbacks (validation, sparsity: :mod:`pyrobnn.analysis`), a rich progress bar, an atomic checkpoint after every epoch
+that restores parameters, optimiser, scheduler, epoch and every RNG (a resumed run
+continues exactly as the uninterrupted one), and a stop with a clear message
+when the loss becomes NaN/inf (the last good checkpoint is kept).
+
+The optimiser holds the guide's and the model's own ``nn.Parameter`` s, so the
+loop does not depend on Pyro's global parameter store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import pyro
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pyrobnn.checks import check_labels, choice, nonnegative_int, positive_int
+from pyrobnn.device import device_of, resolve_device
+from pyrobnn.handlers import ESTIMATORS, kl_annealing
+from pyrobnn.handlers import estimator as estimator_handler
+from pyrobnn.handlers.node_draws import check_components
+from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
+from pyrobnn.infer.elbo import MeanFieldELBO
+from pyrobnn.infer.optim import Optim, make_scheduler
+from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.infer.schedules import Constant
+
+__all__ = ["fit", "svi_step", "check_objective", "TrainingDiverged", "History", "Callback", "PRECISIONS"]
+
+PRECISIONS = ("fp32", "bf16")
+"""Arithmetic of the network's matmuls and convolutions: float32, or bfloat16 under ``torch.autocast`` (the
+KL, the guide's parameters and the log-likelihood stay in float32)."""
+
+
+def _precision(precision: str, device: torch.device):
+    if choice("precision", precision, PRECISIONS) == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+Callback = Callable[[int, dict], None]
+"""Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
+:func:`pyrobnn.analysis.prune.record_sparsity`). A callback with a ``setup(model, guide)`` method (e.g.
+:class:`pyrobnn.analysis.evaluate.Validation`) has it called once before the first epoch."""
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss became NaN or infinite; training stopped and the last good checkpoint was kept."""
+
+
+@dataclass
+class History:
+    """Per-epoch records (``loss``, ``nll``, ``kl``, ``beta``, ``lr``, ``seconds``, ``val_*``)."""
+
+    epochs: list[dict] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> list:
+        return [record.get(key) for record in self.epochs]
+
+    @property
+    def last(self) -> dict:
+        return self.epochs[-1] if self.epochs else {}
+
+
+def check_objective(estimator: str, num_particles: int, elbo=None) -> None:
+    """The estimator is a key of :data:`~pyrobnn.handlers.ESTIMATORS`, and an explicit ``elbo`` (which draws its
+    own particles in a loop) comes with one vectorized particle: the rules of :func:`svi_step` and :func:`fit`."""
+    choice("estimator", estimator, ESTIMATORS)
+    if elbo is not None and num_particles > 1:
+        raise ValueError("pass num_particles to the elbo (it loops) or to svi_step/fit (one vectorized pass), "
+                         "not both: got elbo= and num_particles > 1")
+
+
+def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
+             elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1,
+             precision: str = "fp32"):
+    """One gradient step on the β-annealed negative ELBO of a minibatch; returns its
+    :class:`~pyrobnn.infer.elbo.ELBOTerms`.
+
+    ``estimator`` (a key of :data:`pyrobnn.handlers.ESTIMATORS`) and ``num_particles`` choose the
+    Monte-Carlo estimator; the particles run in one vectorized pass, or in a loop when the network
+    uses a Bayesian parameter outside a Linear/Conv layer. An explicit ``elbo`` draws its own
+    particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
+    ``precision="bf16"`` runs the network under ``torch.autocast`` (see :data:`PRECISIONS`).
+    The update is skipped (and the terms returned) when the loss is not finite.
+    """
+    check_objective(estimator, num_particles, elbo)
+    elbo = elbo if elbo is not None else MeanFieldELBO()
+    arithmetic = _precision(precision, x.device)
+    try:
+        with arithmetic, kl_annealing(beta=beta), \
+                estimator_handler(estimator, num_particles, x.shape[0]) as handler, \
+                mismatched_rows_unsupported(handler.particles):
+            terms = elbo.terms(model, guide, x, y)
+    except ParticlesUnsupported:
+        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
+            terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
+    if torch.isfinite(terms.loss):
+        optim.zero_grad(set_to_none=True)
+        terms.loss.backward()
+        optim.step()
+    return terms
+
+
+def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, transform=None) -> None:
+    """Shape and label checks done once on the whole dataset, not on every step."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{what}: x has {x.shape[0]} examples but y has {y.shape[0]}")
+    first = x[:1] if transform is None else transform(x[:1].to(device_of(guide, model)))
+    model.check_input(first)
+    if model.task == "classification":
+        with pyro.poutine.block():
+            num_classes = predictive_outputs(model, guide, first, num_samples=1, vectorized=False).shape[-1]
+        check_labels(y, num_classes, f"{what} labels")
+
+
+def fit(
+    model,
+    guide,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int = 10,
+    batch_size: int = 128,
+    optimizer: Callable[..., torch.optim.Optimizer] = Optim(),
+    beta: Callable[[int, int, int], float] = Constant(1.0),
+    estimator: str = "sample",
+    num_particles: int = 1,
+    elbo=None,
+    num_data: int | None = None,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    precision: str = "fp32",
+    seed: int = 0,
+    device: str | torch.device = "auto",
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    config: Optional[dict] = None,
+    progress: bool = True,
+    on_epoch_end: Callback | Sequence[Callback] | None = None,
+) -> History:
+    r"""Train ``guide`` (and the model's deterministic parameters) on ``(x, y)`` by SVI.
+
+    :param model: a :class:`~pyrobnn.BayesianNetwork` (its ``num_data`` is set to ``num_data``).
+    :param guide: a pyrobnn guide built on ``model`` (e.g. :class:`~pyrobnn.NormalGuide`).
+    :param x, y: training inputs and targets (tensors, e.g. uint8 images; moved to the device batch by batch,
+        so data already on the device stays there).
+    :param epochs: number of passes over the data.
+    :param batch_size: minibatch size B; the likelihood is scaled by N/B.
+    :param optimizer: an optimizer factory ``(model, guide) -> torch.optim.Optimizer`` that may carry its
+        ``schedule`` (a learning-rate multiplier per epoch) and ``warmup_steps``: :class:`~pyrobnn.infer.optim.Optim`
+        (Adam or SGD, default ``Optim()``: Adam at 1e-3), :class:`~pyrobnn.infer.optim.TwoGroupSGD`, or any callable.
+    :param beta: KL-weight schedule ``beta(epoch, step, steps_per_epoch)``, see :mod:`pyrobnn.infer.schedules`.
+    :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS`: ``"sample"`` (weight sampling),
+        ``"local"`` (local reparameterization), ``"flipout"`` or ``"vdp"`` (VDP++ moments).
+    :param num_particles: posterior samples per step, drawn in one vectorized pass (Blundell et al. use 5).
+    :param elbo: the ELBO (default :class:`~pyrobnn.MeanFieldELBO`); it draws its own particles, so
+        ``num_particles`` must then be 1.
+    :param num_data: the training-set size N that scales the likelihood (default ``len(x)``; under data-parallel
+        training each process passes its shard and the full N, see :mod:`pyrobnn.infer.distributed`).
+    :param transform: applied to every training batch on the device (augmentation, uint8 to float:
+        :class:`pyrobnn.data.augment.ImageAugment`).
+    :param precision: ``"fp32"`` or ``"bf16"`` (the network under ``torch.autocast``; KL and log-likelihood in fp32).
+    :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
+    :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
+    :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).
+    :param resume: continue from ``checkpoint`` if it exists.
+    :param config: extra metadata stored in the checkpoint (how to rebuild model and guide).
+    :param on_epoch_end: callback(s) ``(epoch, record)`` after each epoch, before the checkpoint; they may
+        add entries to the record: validation (:class:`pyrobnn.analysis.evaluate.Validation`), sparsity
+        (:func:`pyrobnn.analysis.prune.record_sparsity`).
+    :returns: the :class:`History` of per-epoch records: ``loss`` and ``nll`` per training example,
+        ``kl`` (nats, unweighted), ``beta`` (mean over the epoch), ``lr``, ``seconds``, and what callbacks add.
+    :raises TrainingDiverged: when the loss becomes NaN/inf (the checkpoint keeps the last good epoch).
+    """
+    epochs = positive_int("epochs", epochs)
+    batch_size = positive_int("batch_size", batch_size)
+    num_particles = positive_int("num_particles", num_particles)
+    if not callable(optimizer):
+        raise TypeError(f"optimizer must be an optimizer factory (model, guide) -> torch.optim.Optimizer, e.g. "
+                        f"pyrobnn.infer.optim.Optim(lr=1e-3), got {optimizer!r}")
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs checkpoint=<path of the run to continue>")
+    check_objective(estimator, num_particles, elbo)
+    if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
+        raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
+                         f"got {num_data!r}")
+    choice("precision", precision, PRECISIONS)
+    if ESTIMATORS[estimator].stochastic:
+        check_components(guide.num_components, batch_size, num_particles, x.shape[0])
+    callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
+        else [on_epoch_end]
+    device = resolve_device(device)
+    model.to(device)
+    guide.to(device)
+    _check_data(model, guide, x, y, "training data", transform)
+    for callback in callbacks:  # callbacks that read the model (validation) get it once, before training
+        if hasattr(callback, "setup"):
+            callback.setup(model, guide)
+    model.num_data = x.shape[0] if num_data is None else num_data
+
+    optim = optimizer(model, guide)
+    if not isinstance(optim, torch.optim.Optimizer):
+        raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
+    scheduler = make_scheduler(optim, getattr(optimizer, "schedule", None))
+    warmup_steps = nonnegative_int("warmup_steps of the optimizer", getattr(optimizer, "warmup_steps", 0))
+    run = _Run(model, guide, optim, scheduler, History())
+    pyro.set_rng_seed(seed)
+    start = run.resume(checkpoint, device) if resume and Path(checkpoint).is_file() else 0
+
+    steps = math.ceil(x.shape[0] / batch_size)
+    bar = Progress(
+        TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not progress, transient=False,
+    )
+    with bar, pyro.validation_enabled(False):
+        task = bar.add_task("train", total=steps * (epochs - start), epoch=start + 1, stats="")
+
+        def advance(epoch, step, loss_per_example):
+            bar.update(task, advance=1, epoch=epoch + 1, stats=f"loss {loss_per_example:.4g}/example")
+
+        for epoch in range(start, epochs):
+            model.train()
+            order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
+            record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
+                               estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
+                               on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps)
+            scheduler.step()
+            for callback in callbacks:
+                callback(epoch, record)
+            run.history.epochs.append(record)
+            if checkpoint is not None:
+                run.save(checkpoint, epoch, config)
+    return run.history
+
+
+@dataclass
+class _Run:
+    """What one training run carries between epochs: model, guide, optimiser, scheduler, history."""
+
+    model: torch.nn.Module
+    guide: torch.nn.Module
+    optim: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    history: History
+
+    def resume(self, checkpoint, device) -> int:
+        """Restore a checkpoint written by :meth:`save`; returns the epoch to start from."""
+        state = load_checkpoint(checkpoint, map_location=device)
+        self.model.load_state_dict(state["model"])
+        self.guide.load_state_dict(state["guide"])
+        self.optim.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.history.epochs = list(state["history"])
+        set_rng_state(state["rng"])
+        return state["epoch"] + 1
+
+    def save(self, checkpoint, epoch: int, config: Optional[dict]) -> None:
+        save_checkpoint(checkpoint, {
+            "model": self.model.state_dict(),
+            "guide": self.guide.state_dict(),
+            "optimizer": self.optim.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "epoch": epoch,
+            "history": self.history.epochs,
+            "rng": rng_state(),
+            "config": config or {},
+        })
+
+    def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
+              on_step, transform=None, precision="fp32", warmup_steps=0) -> dict:
+        """One pass over ``batches`` (index tensors); returns the epoch's record."""
+        tick = time.perf_counter()
+        num_data, steps = self.model.num_data, len(batches)
+        totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, kl, beta
+        rates = [group["lr"] for group in self.optim.param_groups]  # this epoch's scheduled rates
+        warming = epoch * steps < warmup_steps  # the warm-up reaches into this epoch
+        for step, idx in enumerate(batches):
+            xb = x[idx.to(x.device)].to(device, non_blocking=True)  # data kept on the device is sliced there
+            yb = y[idx.to(y.device)].to(device, non_blocking=True)
+            if transform is not None:
+                xb = transform(xb)
+            b = beta(epoch, step, steps)
+            if warming:  # optimiser steps before this one: epoch * steps + step
+                for group, rate in zip(self.optim.param_groups, rates):
+                    group["lr"] = rate * min(1.0, (epoch * steps + step + 1) / warmup_steps)
+            terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
+                             num_particles=num_particles, precision=precision)
+            # one device-to-host copy per step for the logged terms
+            values = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(terms.nll)]).tolist()
+            if not math.isfinite(values[0]):
+                kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""
+                raise TrainingDiverged(
+                    f"loss became {values[0]} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
+                    f"lr={self.optim.param_groups[0]['lr']:g}); training stopped.{kept} Lower the learning "
+                    "rate or init_rho, or check the inputs for NaN."
+                )
+            totals += torch.tensor(values + [b], dtype=torch.float64)
+            on_step(epoch, step, totals[0].item() / ((step + 1) * num_data))
+        if warming:
+            for group, rate in zip(self.optim.param_groups, rates):  # the schedule sees its own rates
+                group["lr"] = rate
+        loss, nll, kl, mean_beta = (totals / steps).tolist()
+        return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
+                "lr": self.optim.param_groups[0]["lr"], "seconds": time.perf_counter() - tick}

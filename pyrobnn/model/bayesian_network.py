@@ -1,0 +1,103 @@
+"""The Pyro model of a Bayesian neural network: priors on weights, a likelihood on targets."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from pyro.nn import PyroModule
+from pyro.nn.module import to_pyro_module_
+from pyro.poutine.runtime import get_plates
+from torch import nn
+
+from pyrobnn.handlers.particles import align_targets
+from pyrobnn.model.conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
+from pyrobnn.model.likelihoods import Categorical, Likelihood
+from pyrobnn.model.priors import Prior
+
+__all__ = ["BayesianNetwork"]
+
+
+class BayesianNetwork(PyroModule):
+    r"""Pyro model :math:`p(w)\,\prod_n p(y_n | x_n, w)` around any ``nn.Module``.
+
+    ``model(x, y)`` samples the Bayesian weights from their priors (``PyroSample``
+    sites named after the parameters, e.g. ``net.fc1.weight``), runs the network
+    and observes ``y`` under ``pyro.plate("data", size=num_data)``, so a minibatch
+    of B examples is scaled by N/B. It returns the network output.
+
+    :param net: the network (converted in place by :func:`pyrobnn.model.conversion.bayesian`).
+    :param likelihood: observation model; default :class:`~pyrobnn.model.likelihoods.Categorical`.
+    :param prior: weight prior; default ``GaussianPrior(0, 1)``. A :class:`~pyrobnn.model.priors.NodePrior` instead
+        makes an implicit BNN: node latents (sites ``<layer>.nodes``) on the selected Linear/Conv layers,
+        whose weights stay point estimates (:mod:`pyrobnn.model.nodes`).
+    :param num_data: training-set size N (scales the likelihood of a minibatch).
+    :param include, exclude: which parameters are Bayesian (see :func:`pyrobnn.model.conversion.bayesian`).
+    :param deterministic: keep every parameter a point estimate (the maximum-likelihood
+        baseline, trained through the same loop).
+    :param input_shape: per-example input shape, checked on every call when given.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        likelihood: Likelihood | None = None,
+        *,
+        prior: Prior | None = None,
+        num_data: int | None = None,
+        include: Selector | Sequence[Selector] | None = None,
+        exclude: Selector | Sequence[Selector] | None = NORMALIZATION_LAYERS,
+        deterministic: bool = False,
+        input_shape: Sequence[int] | None = None,
+    ):
+        super().__init__()
+        if num_data is not None and (not isinstance(num_data, int) or num_data <= 0):
+            raise ValueError(f"num_data must be a positive int (the training-set size), got {num_data!r}")
+        if likelihood is not None and not isinstance(likelihood, Likelihood):
+            raise TypeError(f"likelihood must be a pyrobnn Likelihood, got {likelihood!r}")
+        if deterministic:
+            to_pyro_module_(net)
+        else:
+            bayesian(net, prior, include=include, exclude=exclude)
+        self.net = net
+        self.likelihood = likelihood if likelihood is not None else Categorical()
+        self.num_data = num_data
+        self.input_shape = tuple(input_shape) if input_shape is not None else None
+
+    @property
+    def task(self) -> str:
+        return self.likelihood.task
+
+    def sites(self) -> list[Site]:
+        """The Bayesian parameters (prior sample sites) of the network."""
+        return list(bayesian_sites(self))
+
+    def check_input(self, x: torch.Tensor) -> None:
+        if self.input_shape is not None and tuple(x.shape[1:]) != self.input_shape:
+            raise ValueError(
+                f"input x has per-example shape {tuple(x.shape[1:])} but the network expects "
+                f"{self.input_shape} (x must be (batch, {', '.join(map(str, self.input_shape))}))"
+            )
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        self.check_input(x)
+        if y is not None and self.num_data is not None and self.num_data < len(y):
+            raise ValueError(f"num_data ({self.num_data}) must be at least the batch size ({len(y)})")
+        plates = get_plates()
+        if plates:
+            raise ValueError(
+                f"BayesianNetwork was called inside the plate(s) {[p.name for p in plates]}: a network takes one "
+                "weight per layer, so Pyro's vectorized particles (Trace_ELBO(vectorize_particles=True), "
+                "Predictive(parallel=True)) cannot batch it; use an estimator handler with num_particles=S "
+                "(e.g. weight_sampling) or pyrobnn.infer.predict.predict instead"
+            )
+        try:
+            output = self.net(x)
+        except RuntimeError as error:
+            if "shape" not in str(error) and "size" not in str(error):
+                raise
+            raise ValueError(
+                f"input x of shape {tuple(x.shape)} does not fit the network: {error}"
+            ) from error
+        self.likelihood(output, align_targets(y), self.num_data)
+        return output

@@ -1,0 +1,201 @@
+"""Turn any ``nn.Module`` into a Pyro model whose selected parameters are prior sample sites.
+
+:func:`bayesian` converts a network in place to a :class:`~pyro.nn.PyroModule`
+(``pyro.nn.module.to_pyro_module_``) and replaces each selected parameter by a
+:class:`~pyro.nn.PyroSample` whose prior is built by a :class:`~pyrobnn.model.priors.Prior`.
+The parameter's current value is kept as a non-persistent buffer
+``<name>_init`` on its module: it carries shape, dtype and device for the
+prior (so the prior follows ``.to(device)``) and initialises guide means from
+pretrained weights. Unselected parameters stay ordinary ``nn.Parameter`` s
+(point estimates trained by the optimiser).
+
+A :class:`~pyrobnn.model.priors.NodePrior` makes no weight Bayesian: each selected Linear/Conv layer gets
+node latents instead (:mod:`pyrobnn.model.nodes`), sites of the same kind (a ``PyroSample`` attribute and its
+``<name>_init`` reference, the prior mean), so :func:`bayesian_sites` lists them too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence, Union
+
+import torch
+from pyro.nn import PyroModule, PyroSample
+from pyro.nn.module import to_pyro_module_
+from torch import nn
+
+from pyrobnn._compat import BatchNormBase, pyro_name, pyro_samples
+from pyrobnn.model.nodes import NODE_LAYERS, node_latents, register_node_hooks
+from pyrobnn.model.priors import GaussianPrior, NodePrior, Prior
+
+__all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LAYERS"]
+
+Selector = Union[str, type]
+
+NORMALIZATION_LAYERS: tuple[type, ...] = (
+    BatchNormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+)
+"""Module types kept deterministic by default (BatchNorm, InstanceNorm, LayerNorm, GroupNorm)."""
+
+_INIT_SUFFIX = "_init"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One Bayesian parameter: its Pyro site name, owning module and attribute, prior."""
+
+    name: str
+    module: PyroModule
+    attr: str
+    prior: Prior
+
+    @property
+    def init(self) -> torch.Tensor:
+        """The parameter's value at conversion time (e.g. pretrained), on the module's device."""
+        return getattr(self.module, self.attr + _INIT_SUFFIX)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.init.shape
+
+    def prior_distribution(self):
+        """The site's prior distribution, on the module's current device (built once per device)."""
+        return pyro_samples(self.module)[self.attr](self.module)
+
+
+class _PriorSite:
+    """Callable given to ``PyroSample``: builds the prior from the module's reference buffer.
+
+    The distribution depends only on the buffer's shape, dtype and device, so it
+    is built once and reused until the module moves (``.to(device)``).
+    """
+
+    def __init__(self, attr: str, prior: Prior):
+        self.attr, self.prior = attr, prior
+        self._key, self._dist = None, None
+
+    def __call__(self, module: nn.Module):
+        reference = getattr(module, self.attr + _INIT_SUFFIX)
+        key = (reference.shape, reference.dtype, reference.device)
+        if key != self._key:
+            self._key, self._dist = key, self.prior(reference)
+        return self._dist
+
+
+def _matches(selector: Selector, name: str, module: nn.Module) -> bool:
+    if isinstance(selector, str):
+        return fnmatch.fnmatchcase(name, selector)
+    if isinstance(selector, type):
+        return isinstance(module, selector)
+    raise TypeError(
+        f"include/exclude entries must be glob patterns over parameter names (str) or module "
+        f"types, got {selector!r}"
+    )
+
+
+def _as_list(selectors: Selector | Iterable[Selector] | None) -> list[Selector]:
+    if selectors is None:
+        return []
+    if isinstance(selectors, (str, type)):
+        return [selectors]
+    return list(selectors)
+
+
+def _selected(net: nn.Module, include: list[Selector], exclude: list[Selector]) -> list[tuple[str, str]]:
+    """``(module name, attribute)`` of every parameter that ``include`` selects and ``exclude`` does not."""
+    selected = []
+    for module_name, module in net.named_modules():
+        for attr, param in module.named_parameters(recurse=False):
+            full = f"{module_name}.{attr}" if module_name else attr
+            chosen = not include or any(_matches(s, full, module) for s in include)
+            if chosen and not any(_matches(s, full, module) for s in exclude):
+                selected.append((module_name, attr))
+    return selected
+
+
+def _add_site(module: nn.Module, attr: str, reference: torch.Tensor, prior: Prior) -> None:
+    """Make ``module.<attr>`` a prior sample site shaped like ``reference`` (kept as the buffer ``<attr>_init``)."""
+    module.register_buffer(attr + _INIT_SUFFIX, reference, persistent=False)
+    setattr(module, attr, PyroSample(_PriorSite(attr, prior)))
+
+
+def bayesian(
+    net: nn.Module,
+    prior: Prior | None = None,
+    *,
+    include: Selector | Sequence[Selector] | None = None,
+    exclude: Selector | Sequence[Selector] | None = NORMALIZATION_LAYERS,
+) -> PyroModule:
+    """Make the parameters of ``net`` Bayesian, in place, and return it as a ``PyroModule``.
+
+    :param net: any ``nn.Module`` (your own or a torchvision model), possibly pretrained.
+    :param prior: the weight prior (default ``GaussianPrior(0, 1)``), or a :class:`~pyrobnn.model.priors.NodePrior`:
+        node latents on the selected Linear/Conv layers (a layer is selected when one of its parameters is),
+        whose weights stay deterministic.
+    :param include: which parameters become Bayesian: glob patterns over the full
+        parameter names (``"fc2.*"``, ``"*.weight"``) and/or module types
+        (``nn.Linear``). ``None`` selects every parameter.
+    :param exclude: parameters to keep deterministic, same syntax; by default
+        normalisation layers (BatchNorm, LayerNorm, GroupNorm).
+    :returns: the same object, converted; its sites are listed by :func:`bayesian_sites`.
+    """
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+    prior = GaussianPrior() if prior is None else prior
+    if not isinstance(prior, Prior):
+        raise TypeError(f"prior must be a pyrobnn Prior (e.g. GaussianPrior()), got {prior!r}")
+    selected = _selected(net, _as_list(include), _as_list(exclude))
+    if not selected:
+        raise ValueError(
+            "include/exclude selected no parameter of the network: check the patterns against "
+            f"its parameter names, e.g. {[n for n, _ in net.named_parameters()][:5]}"
+        )
+    if isinstance(prior, NodePrior):
+        modules = dict(net.named_modules())
+        layers = [name for name in dict.fromkeys(name for name, _ in selected)
+                  if isinstance(modules[name], NODE_LAYERS)]
+        if not layers:
+            raise ValueError(
+                f"NodePrior puts node latents on {', '.join(t.__name__ for t in NODE_LAYERS)} layers, but the selected "
+                f"parameters {[f'{m}.{a}' if m else a for m, a in selected][:5]} belong to none: select a Linear or "
+                "Conv layer with include="
+            )
+        to_pyro_module_(net)
+        for name in layers:
+            layer = modules[name]
+            for attr, reference in node_latents(layer, prior).items():
+                _add_site(layer, attr, reference, prior)
+            register_node_hooks(layer, prior)
+        return net
+    to_pyro_module_(net)
+    modules = dict(net.named_modules())
+    for module_name, attr in selected:
+        module = modules[module_name]
+        value = getattr(module, attr).detach().clone()
+        delattr(module, attr)
+        _add_site(module, attr, value, prior)
+    return net
+
+
+def bayesian_sites(net: nn.Module) -> Iterator[Site]:
+    """The Bayesian parameters of a converted network, in module order, with their site names."""
+    for module in net.modules():
+        samples = pyro_samples(module)
+        for attr, fn in samples.items():
+            if isinstance(fn, _PriorSite):
+                yield Site(f"{pyro_name(module)}.{attr}" if pyro_name(module) else attr, module, attr, fn.prior)
+
+
+def last_layer(net: nn.Module) -> list[str]:
+    """Names of the parameters of the last module that has any (``include=last_layer(net)``)."""
+    last = None
+    for name, module in net.named_modules():
+        own = [attr for attr, _ in module.named_parameters(recurse=False)]
+        if own:
+            last = [f"{name}.{attr}" if name else attr for attr in own]
+    if last is None:
+        raise ValueError("the network has no parameters")
+    return last
