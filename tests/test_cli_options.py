@@ -71,6 +71,8 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--device": (["cpu"], []),
     "--out": (["{tmp}/elsewhere"], []),
     "--resume": ([], []),
+    "--overwrite": ([], []),
+    "--max-memory": (["0.5"], []),
     "--progress": ([], []),  # the flag of a bool defaulting to True is --no-progress
     "--num-samples": (["7"], []),
 }

@@ -12,7 +12,7 @@ from torch.distributions import kl_divergence
 
 from pyrobnn import BayesianNetwork, DropoutGuide, GaussianPrior, MeanFieldELBO, PointGuide
 from pyrobnn.analysis.evaluate import evaluate
-from pyrobnn.distributions import DropoutWeight
+from pyrobnn.distributions import DropoutWeight, dropout_kl_constant
 from pyrobnn.handlers import ESTIMATORS, local_reparameterization, vdp
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predictive_outputs
@@ -43,17 +43,20 @@ def test_dropout_weight_moments_match_samples():
     assert torch.equal(DropoutWeight(bias, 0.5).rsample((3,)), bias.expand(3, 4))
 
 
-def test_dropout_kl_to_gaussian_prior_is_the_expected_negative_log_prior():
+def test_dropout_kl_to_gaussian_prior_is_the_expected_negative_log_prior_less_its_constant():
+    """The KL is Gal & Ghahramani's weight decay: -E_q log p(W) less the constant D/2 log(2 pi s^2)."""
     torch.manual_seed(1)
     loc = torch.randn(4, 6)
     q, p = DropoutWeight(loc, 0.4), GaussianPrior(0.0, 0.7)(loc)
     kl = kl_divergence(q, p)
+    constant = dropout_kl_constant(q, p)
+    assert constant == pytest.approx(24 * (math.log(0.7) + 0.5 * math.log(2 * math.pi)))
     draws = q.rsample((50000,))
     neg_log_p = -p.log_prob(draws)
     se = neg_log_p.std() / math.sqrt(len(draws))
-    assert abs(kl - neg_log_p.mean()) < 5 * se
-    # rate 0: exactly -log p(M), the MAP penalty
-    assert torch.allclose(kl_divergence(DropoutWeight(loc, 0.0), p), -p.log_prob(loc))
+    assert abs(kl + constant - neg_log_p.mean()) < 5 * se
+    # rate 0: exactly -log p(M) less the constant, the MAP penalty of weight decay
+    assert torch.allclose(kl_divergence(DropoutWeight(loc, 0.0), p), loc.square().sum() / (2 * 0.7**2))
 
 
 def _masked_forward(net, x, rate):
@@ -153,7 +156,11 @@ def test_dropout_guide_matches_trace_elbo_in_expectation():
     pyro.set_rng_seed(1)
     pyros = torch.tensor([Trace_ELBO().loss(model, guide, x, y) for _ in range(400)])
     se = math.sqrt(ours.var() / len(ours) + pyros.var() / len(pyros))
-    assert abs(ours.mean() - pyros.mean()) < 5 * se
+    # Trace_ELBO scores log q = 0 and the full cross-entropy: the KL plus the constant D/2 log(2 pi s^2)
+    constant = sum(dropout_kl_constant(guide.posterior(n), site.prior_distribution())
+                   for n, site in zip(guide.site_names, model.sites()))
+    assert constant > 0
+    assert abs(ours.mean() + constant - pyros.mean()) < 5 * se
 
 
 def test_plain_pyro_svi_trains_the_dropout_guide():

@@ -159,7 +159,7 @@ def test_vectorized_and_looped_predictions_agree_in_distribution():
     model, guide = _small_model()
     x = torch.randn(6, 3)
     n = 4000
-    fast = predictive_outputs(model, guide, x, num_samples=n, vectorized=True, max_rows=6000)
+    fast = predictive_outputs(model, guide, x, num_samples=n, vectorized=True, max_memory=2_000_000)
     slow = predictive_outputs(model, guide, x, num_samples=n, vectorized=False)
     assert fast.shape == slow.shape == (n, 6, 4)
     var = slow.var(0) + fast.var(0)  # variance of the difference of the two means, times n

@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "networks": ("ground",),
     "handlers": ("ground", "distributions"),
     "model": ("ground", "distributions", "handlers.particles", "handlers.moments"),
-    "guides": ("ground", "distributions", "model"),
+    "guides": ("ground", "distributions", "model", "handlers.particles"),
     "infer": ("ground", "distributions", "handlers", "model", "guides"),
     "analysis": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer"),
     "cli": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
@@ -33,8 +33,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "main": ("cli",),
 }
 """What each layer may import from pyrobnn, besides itself. ``model`` reads only the particle layout (the
-``align_targets`` effect) and ``Moments`` of ``handlers``; ``face`` is ``pyrobnn/__init__.py``; only
-``__main__`` imports the command line."""
+``align_targets`` effect) and ``Moments`` of ``handlers``, ``guides`` only its effects (which handler is
+active); ``face`` is ``pyrobnn/__init__.py``; only ``__main__`` imports the command line."""
 
 
 def layer_of(module: str) -> str:

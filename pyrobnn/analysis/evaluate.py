@@ -14,10 +14,11 @@ __all__ = ["evaluate", "Validation"]
 
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
              batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
-             moments: bool = False) -> dict[str, float]:
+             moments: bool = False, max_memory: int | None = None, progress: bool = False) -> dict[str, float]:
     """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL.
 
-    ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling.
+    ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling;
+    ``max_memory`` and ``progress`` are :func:`~pyrobnn.infer.predict.predict`'s.
     """
     if moments:
         pred = predict_moments(model, guide, x, batch_size)
@@ -25,7 +26,7 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
             observation = model.likelihood.moment_distribution(Moments(pred["mean"], pred["var"]))
             pred = {"mean": observation.mean, "std": observation.stddev}
     else:
-        pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
+        pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory, progress)
     y = y.to(next(iter(pred.values())).device)
     if model.task == "classification":
         return classification_metrics(pred["probs"], y)

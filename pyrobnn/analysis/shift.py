@@ -28,7 +28,7 @@ from pyrobnn.analysis.metrics import classification_metrics
 from pyrobnn.analysis.plots import figure, save_png
 from pyrobnn.checks import check_labels, choice, positive_int
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES, check_images, corrupt
-from pyrobnn.infer.predict import predict
+from pyrobnn.infer.predict import passes, predict
 
 __all__ = ["METRICS", "evaluate_corruptions", "plot_metric_vs_severity"]
 
@@ -39,7 +39,7 @@ METRICS = ("accuracy", "nll", "ece", "brier", "total", "aleatoric", "epistemic")
 def evaluate_corruptions(model, guide, x: torch.Tensor, y: torch.Tensor, corruptions: Sequence[str] = CIFAR10_C,
                          severities: Sequence[int] = SEVERITIES, num_samples: int = 100,
                          transform: Callable[[torch.Tensor], torch.Tensor] | None = None, seed: int = 0,
-                         n_bins: int = 15, **predict_kwargs) -> dict:
+                         n_bins: int = 15, progress: bool = False, **predict_kwargs) -> dict:
     """Predictive metrics of ``(model, guide)`` on the clean images ``x`` (N, C, H, W) in [0, 1] and on each
     corruption at each severity.
 
@@ -51,6 +51,7 @@ def evaluate_corruptions(model, guide, x: torch.Tensor, y: torch.Tensor, corrupt
         normalisation ``ImageAugment(...).normalize`` (corruptions act on images in [0, 1]).
     :param seed: the corruption seed; the same at every severity, so severities differ only in strength.
     :param n_bins: ECE bins.
+    :param progress: show a bar over the clean set and the (corruption, severity) pairs.
     :param predict_kwargs: passed to :func:`~pyrobnn.infer.predict.predict` (``batch_size``, ``mc_dropout``, ...).
     :returns: a JSON-ready dict, each record holding :data:`METRICS`:
         ``clean``: the record on clean images; ``corruptions[name][severity]``: per corruption and
@@ -83,9 +84,11 @@ def evaluate_corruptions(model, guide, x: torch.Tensor, y: torch.Tensor, corrupt
         summary.update({key: float(pred[key].mean()) for key in ("total", "aleatoric", "epistemic")})
         return summary
 
-    result = {"clean": record(x), "corruptions": {}}
-    for name in corruptions:
-        result["corruptions"][name] = {severity: record(corrupt(x, name, severity, seed)) for severity in severities}
+    with passes(1 + len(corruptions) * len(severities), progress) as advance:
+        result = {"clean": advance(record(x)), "corruptions": {}}
+        for name in corruptions:
+            result["corruptions"][name] = {severity: advance(record(corrupt(x, name, severity, seed)))
+                                           for severity in severities}
     per_name = result["corruptions"].values()
     result["severities"] = {severity: _mean([records[severity] for records in per_name]) for severity in severities}
     result["mean"] = _mean([r for records in per_name for r in records.values()])

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from typing import Optional
 
 import torch
 
-from pyrobnn.checks import in_range, nonnegative, nonnegative_int, positive_int
-from pyrobnn.cli.options import MCMC_MODELS, LikelihoodOptions, MCMCConfig, RunConfig, api_value, flag, toy_dataset
+from pyrobnn.checks import in_range, nonnegative, nonnegative_int, positive, positive_int
+from pyrobnn.cli.options import (
+    MCMC_MODELS,
+    BetaOptions,
+    LikelihoodOptions,
+    MCMCConfig,
+    RunConfig,
+    api_value,
+    flag,
+    toy_dataset,
+)
 from pyrobnn.guides import GUIDES
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
 from pyrobnn.infer.optim import Optim, StepDecay
@@ -73,9 +83,38 @@ def make_likelihood(cfg, task: Optional[str]):
     return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
 
 
+def paper_schedule(cfg: RunConfig) -> BetaOptions:
+    """The β schedule of ``--beta auto``: the one the paper of the run's guide and prior trains with.
+
+    - MC dropout and MAP (``dropout``, ``point``): constant 1, the KL being weight decay (Gal & Ghahramani 2016);
+    - the node prior (implicit BNN): β from 0 to 1 over the first 2/3 of the epochs (Trinh et al. 2020);
+    - the log-uniform prior (variational dropout): β = 0 for the first third of the epochs, then linear to 1 at
+      the end: Molchanov et al. (2017) pre-train without the KL, then warm it up linearly; from the first step
+      at β = 1, the KL of every weight prunes an untrained network to chance;
+    - otherwise (Bayes by Backprop with a Gaussian or scale-mixture prior): Blundell et al.'s geometric weights.
+    """
+    epochs = cfg.optim.epochs
+    if cfg.guide.name in ("dropout", "point"):
+        return BetaOptions(name="constant")
+    if cfg.prior.name == "node":
+        return BetaOptions(name="linear", anneal=max(1, 2 * epochs // 3))
+    if cfg.prior.name == "log-uniform":
+        warmup = math.ceil(epochs / 3) if epochs > 1 else 0
+        return BetaOptions(name="linear", warmup=warmup, anneal=max(1, epochs - warmup))
+    return BetaOptions(name="geometric")
+
+
 def beta_schedule(cfg: RunConfig):
-    """The β schedule named by ``--beta``, with its options."""
-    return _construct("beta", SCHEDULES, cfg.optim.beta.name, cfg.optim.beta, renamed=_SCHEDULE_ARGUMENTS)
+    """The β schedule named by ``--beta`` (``auto``: :func:`paper_schedule`), with its options."""
+    options = cfg.optim.beta
+    if options.name == "auto":
+        changed = [flag("beta", f.name, True) for f in dataclasses.fields(options)
+                   if f.name != "name" and getattr(options, f.name) != f.default]
+        if changed:
+            raise ValueError(f"{' and '.join(changed)} need(s) a named schedule: --beta constant, linear or geometric "
+                             "(--beta auto picks the paper's schedule and its options)")
+        options = paper_schedule(cfg)
+    return _construct("beta", SCHEDULES, options.name, options, renamed=_SCHEDULE_ARGUMENTS)
 
 
 def _selection(cfg, net):
@@ -134,6 +173,11 @@ def check_run(cfg: RunConfig) -> None:
     if cfg.likelihood.name != "auto":
         make_likelihood(cfg, None)
     make_optimizer_factory(cfg)
+    if cfg.optim.estimator == "vdp" and cfg.optim.num_particles != 1:
+        raise ValueError(f"--num-particles {cfg.optim.num_particles} does not apply to --estimator vdp: VDP++ "
+                         "propagates moments deterministically, one pass without particles")
+    if cfg.output.max_memory is not None:
+        positive("--max-memory (GB)", cfg.output.max_memory)
 
 
 def check_mcmc(cfg: MCMCConfig) -> None:

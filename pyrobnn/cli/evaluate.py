@@ -11,8 +11,9 @@ from tyro.conf import arg
 
 from pyrobnn.analysis.shift import evaluate_corruptions, plot_metric_vs_severity
 from pyrobnn.checks import positive_int
+from pyrobnn.cli.options import MAX_MEMORY_HINT
 from pyrobnn.cli.report import console, draws_shape, metrics_table
-from pyrobnn.cli.runs import augmentation, is_draws, restore, test_report
+from pyrobnn.cli.runs import augmentation, gigabytes, is_draws, restore, seed_of, test_report
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.files import check_writable, write_json
@@ -29,8 +30,8 @@ class Evaluate:
     """The checkpoint.pt (or draws.pt) to evaluate."""
     num_samples: int = 100
     """Monte-Carlo samples of the posterior predictive (the draws.pt of pyrobnn mcmc: each of its draws once)."""
-    seed: int = 0
-    """Seed of the Monte-Carlo samples."""
+    seed: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the training seed)")] = None
+    """Seed of the Monte-Carlo samples (the training seed gives the numbers the training report printed)."""
     data_root: Annotated[Optional[Path], arg(metavar="PATH", help_behavior_hint="(default: as trained)")] = None
     """Directory holding the datasets."""
     test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: as trained)")] = None
@@ -49,6 +50,10 @@ class Evaluate:
     """Corruptions to apply."""
     corruption_plot: Annotated[Optional[Path], arg(metavar="FILE.png", help_behavior_hint="(default: none)")] = None
     """With --corruptions: also plot accuracy against severity into this PNG file."""
+    max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
+    """Memory one prediction pass may hold, in GB: the passes are sized to fit it."""
+    progress: bool = True
+    """Show progress bars over the prediction passes and the corruptions."""
 
 
 def evaluate(args: Evaluate) -> dict[str, float]:
@@ -77,20 +82,24 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     else:
         num_samples, moments, row = args.num_samples, cfg.optim.estimator == "vdp", cfg.guide.name
         title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
-    metrics = test_report(model, guide, data, num_samples, args.seed, args.reliability, moments=moments)
+    seed = seed_of(cfg) if args.seed is None else args.seed
+    max_memory = gigabytes(args.max_memory)
+    metrics = test_report(model, guide, data, num_samples, seed, args.reliability, moments=moments,
+                          max_memory=max_memory, progress=args.progress)
     rows, shifted = {row: metrics}, None
     if args.corruptions:
         aug = augmentation(cfg, data)
         images = data.x_test if aug is None else aug.denormalize(data.x_test)
-        pyro.set_rng_seed(args.seed)
+        pyro.set_rng_seed(seed)
         shifted = evaluate_corruptions(model, guide, images, data.y_test, corruptions=args.corruption_types,
                                        severities=args.corruptions, num_samples=num_samples,
-                                       transform=None if aug is None else aug.normalize, seed=args.seed)
+                                       transform=None if aug is None else aug.normalize, seed=seed,
+                                       progress=args.progress, max_memory=max_memory)
         rows[f"{row}, corrupted"] = shifted["mean"]
         if args.corruption_plot is not None:
             plot_metric_vs_severity({row: shifted}, args.corruption_plot, title=f"{args.checkpoint}")
     console.print(metrics_table(title, rows))
     if args.json is not None:
         write_json(args.json, {"test": metrics, "checkpoint": str(args.checkpoint), "num_samples": num_samples,
-                               "seed": args.seed, **({"corrupted": shifted} if shifted is not None else {})})
+                               "seed": seed, **({"corrupted": shifted} if shifted is not None else {})})
     return metrics

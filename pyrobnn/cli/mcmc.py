@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pyro
@@ -11,10 +10,9 @@ import torch
 
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
 from pyrobnn.checkpoint import save_checkpoint
-from pyrobnn.checks import one_line
 from pyrobnn.cli.build import build_network, check_mcmc
 from pyrobnn.cli.options import MCMC_MAX_WEIGHTS, MCMCConfig
-from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown
+from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown, warn
 from pyrobnn.cli.runs import MCMC_KIND, load_data, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import sample_posterior
@@ -79,6 +77,6 @@ def mcmc(cfg: MCMCConfig) -> dict:
                                     diagnostics))
     console.print(metrics_table(f"test metrics ({len(posterior)} draws)", {"nuts": metrics}))
     for warning in diagnostics.get("warnings", []):
-        print(f"warning: {one_line(warning)}", file=sys.stderr, flush=True)
+        warn(warning)
     say(f"wrote {out}/draws.pt, diagnostics.json, {plot.name}")
     return {"diagnostics": diagnostics, "test": metrics}

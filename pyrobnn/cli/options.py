@@ -65,8 +65,11 @@ API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy"
 
 _CLI_SPELLING = {api: cli for cli, api in API_SPELLING.items()}
 
-RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out")
+RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out",
+             "--overwrite", "--max-memory")
 """Options that may differ between a run and its ``--resume``: none changes what was trained."""
+
+MAX_MEMORY_HINT = "(default: half the free GPU memory, or 2 on a CPU)"
 
 DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH}"
 MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
@@ -97,7 +100,7 @@ def _flat(**kwargs):
 
 PriorName = _choices(PRIORS)
 GuideName = _choices(GUIDES)
-ScheduleName = _choices(SCHEDULES)
+ScheduleName = _choices(("auto", *SCHEDULES))
 EstimatorName = _choices(ESTIMATORS)
 LikelihoodName = _choices(("auto", *LIKELIHOODS))
 Share = _choices(SHARING)
@@ -149,8 +152,9 @@ class PriorOptions:
     """The weight prior p(w) (pyrobnn.model.priors)."""
 
     name: Annotated[PriorName, arg(name="prior", prefix_name=False)] = "gaussian"
-    ("gaussian N(0, scale^2), the scale mixture of Blundell et al. (2015), or the log-uniform prior of variational "
-     "dropout (Kingma et al. 2015).")
+    ("gaussian N(0, scale^2), the scale mixture of Blundell et al. (2015), the log-uniform prior of variational "
+     "dropout (Kingma et al. 2015), or node: N(1, scale^2) latents on the units of every layer, whose weights stay "
+     "point estimates (implicit BNN, Trinh et al. 2020).")
     scale: Annotated[Optional[float], arg(help_behavior_hint="(default: 1 for gaussian, 0.3 for node)")] = None
     """gaussian: standard deviation; node: s of the node-wise N(1, s^2)."""
     mode: _choices(NodePrior.MODES) = _default(NodePrior, "mode")
@@ -172,7 +176,8 @@ class GuideOptions:
     name: Annotated[GuideName, arg(name="guide", prefix_name=False)] = "normal"
     ("normal: diagonal Normal (Bayes by Backprop, Blundell et al. 2015); additive: sparse variational dropout "
      "(Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015); dropout: MC dropout (Gal & "
-     "Ghahramani 2016); point: MAP point estimates.")
+     "Ghahramani 2016); point: MAP point estimates; mixture-node: a K-component mixture over the node latents of "
+     "--prior node (implicit BNN, Trinh et al. 2020).")
     parameterization: _choices(PARAMETERIZATIONS) = _cli(_default(GUIDES["normal"], "parameterization"))
     ("normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the "
      "variational dense of Graves (2011).")
@@ -217,9 +222,12 @@ class LikelihoodOptions:
 class BetaOptions:
     """The KL weight beta of each minibatch (pyrobnn.infer.schedules)."""
 
-    name: Annotated[ScheduleName, arg(name="beta", prefix_name=False)] = "geometric"
-    ("constant; linear: 0 for --beta.warmup epochs, then a ramp to --beta.value over --beta.anneal epochs; geometric: "
-     "minibatch i of M weighs 2^(M-i)/(2^M-1) (Blundell et al. 2015).")
+    name: Annotated[ScheduleName, arg(name="beta", prefix_name=False)] = "auto"
+    ("auto: the schedule the guide's and prior's paper uses (geometric for a normal guide with a gaussian or "
+     "scale-mixture prior; for the log-uniform prior 0 over the first third of the epochs, then linear to 1; for the "
+     "node prior linear over the first 2/3; constant 1 for dropout and point); constant; linear: 0 for --beta.warmup "
+     "epochs, then a ramp to --beta.value over --beta.anneal epochs; geometric: minibatch i of M weighs "
+     "2^(M-i)/(2^M-1) (Blundell et al. 2015).")
     value: float = _default(SCHEDULES["constant"], "beta")
     """constant: beta; linear: the final beta."""
     warmup: int = _default(SCHEDULES["linear"], "warmup")
@@ -273,10 +281,14 @@ class OutputOptions:
     resume: Annotated[bool, arg(help="Continue from <out>/checkpoint.pt if it exists; only "
                                      + ", ".join(o for o in RESUMABLE if o not in ("--resume", "--out"))
                                      + " may differ from the run that wrote it.")] = False
+    overwrite: bool = False
+    """Train into an --out that already holds a run (its checkpoint.pt and metrics.json are replaced)."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show progress bars (training, and the passes of the test report)."""
     num_samples: int = 100
     """Monte-Carlo samples of the posterior predictive for the test report."""
+    max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
+    """Memory one prediction pass may hold, in GB: the passes of the test report are sized to fit it."""
 
 
 class _Config:
@@ -386,6 +398,14 @@ class MCMCLikelihoodOptions(LikelihoodOptions):
 
 
 @dataclass
+class MCMCPriorOptions(PriorOptions):
+    """The weight prior p(w) whose posterior NUTS samples (a proper density on every weight)."""
+
+    mode: Suppress[_choices(NodePrior.MODES)] = _default(NodePrior, "mode")  # node priors are refused by mcmc
+    bias: Suppress[bool] = _default(NodePrior, "bias")
+
+
+@dataclass
 class MCMCOptions:
     """No-U-Turn sampling of the exact posterior (pyrobnn.infer.mcmc, Hoffman & Gelman 2014)."""
 
@@ -425,7 +445,7 @@ class MCMCConfig(_Config):
 
     data: OmitArgPrefixes[ToyDataOptions] = field(default_factory=ToyDataOptions)
     model: OmitArgPrefixes[MCMCModelOptions] = field(default_factory=MCMCModelOptions)
-    prior: PriorOptions = field(default_factory=PriorOptions)
+    prior: MCMCPriorOptions = field(default_factory=MCMCPriorOptions)
     likelihood: MCMCLikelihoodOptions = field(default_factory=MCMCLikelihoodOptions)
     mcmc: MCMCOptions = field(default_factory=MCMCOptions)
     output: OmitArgPrefixes[MCMCOutputOptions] = field(default_factory=MCMCOutputOptions)

@@ -13,8 +13,9 @@ from pyrobnn.analysis import prune as pruning
 from pyrobnn.analysis.prune import METHODS, apply_masks, sparsity
 from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.checks import positive_int
+from pyrobnn.cli.options import MAX_MEMORY_HINT
 from pyrobnn.cli.report import console, metrics_table, percent
-from pyrobnn.cli.runs import restore, test_report
+from pyrobnn.cli.runs import gigabytes, restore, seed_of, test_report
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.files import check_writable, write_json
 
@@ -43,7 +44,7 @@ class Prune:
     """magnitude: fraction of all weights to remove, in [0, 1]."""
     num_samples: int = 100
     """Monte-Carlo samples of the posterior predictive."""
-    seed: int = 0
+    seed: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the training seed)")] = None
     """Seed of random pruning and of the Monte-Carlo samples."""
     data_root: Annotated[Optional[Path], arg(metavar="PATH", help_behavior_hint="(default: as trained)")] = None
     """Directory holding the datasets."""
@@ -53,9 +54,11 @@ class Prune:
     """Also write the metrics before and after and the sparsity to this JSON file."""
     device: Annotated[str, arg(metavar=DEVICE_METAVAR)] = "auto"
     """Where to evaluate (auto: cuda when available)."""
+    max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
+    """Memory one prediction pass may hold, in GB: the passes are sized to fit it."""
 
 
-def _masks(args: Prune, guide):
+def _masks(args: Prune, guide, seed: int):
 
     if args.method == "magnitude":
         return pruning.magnitude_masks(guide, args.fraction)
@@ -63,7 +66,7 @@ def _masks(args: Prune, guide):
         rule = pruning.METHODS[args.method]
         return rule(guide) if args.threshold is None else rule(guide, args.threshold)
     masks = pruning.principled_masks(guide, args.threshold)
-    return pruning.random_masks(masks, args.seed) if args.method == "random" else masks
+    return pruning.random_masks(masks, seed) if args.method == "random" else masks
 
 
 def prune(args: Prune) -> dict:
@@ -74,11 +77,13 @@ def prune(args: Prune) -> dict:
         if path is not None:
             check_writable(path, flag)
     state, cfg, data, model, guide = restore(args.checkpoint, args.data_root, args.device, draws=False)
-    masks = _masks(args, guide)
+    seed = seed_of(cfg) if args.seed is None else args.seed
+    masks = _masks(args, guide, seed)
     moments = cfg.optim.estimator == "vdp"
-    before = test_report(model, guide, data, args.num_samples, args.seed, moments=moments)
+    report = dict(moments=moments, max_memory=gigabytes(args.max_memory))
+    before = test_report(model, guide, data, args.num_samples, seed, **report)
     apply_masks(guide, masks)
-    after = test_report(model, guide, data, args.num_samples, args.seed, moments=moments)
+    after = test_report(model, guide, data, args.num_samples, seed, **report)
     removed = sparsity(masks)
     console.print(metrics_table(f"{args.checkpoint}: {args.method} pruning, {percent(removed['total'])} "
                                 "of weights removed", {"before": before, "after": after}))
@@ -88,7 +93,7 @@ def prune(args: Prune) -> dict:
     for name, value in removed.items():
         table.add_row(name, f"{100 * value:.1f}")
     console.print(table)
-    result = {"before": before, "after": after, "sparsity": removed, "method": args.method, "seed": args.seed}
+    result = {"before": before, "after": after, "sparsity": removed, "method": args.method, "seed": seed}
     if args.out is not None:
         state = {k: v for k, v in state.items() if k != "pyrobnn"}
         save_checkpoint(args.out, {**state, "guide": guide.state_dict()})

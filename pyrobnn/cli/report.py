@@ -10,10 +10,12 @@ from rich.table import Table
 
 from pyrobnn.checks import one_line
 
-__all__ = ["console", "say", "error_line", "num", "percent", "epoch_line", "metrics_table", "diagnostics_table",
+__all__ = ["console", "say", "warn", "error_line", "num", "percent", "epoch_line", "metrics_table", "diagnostics_table",
            "draws_shape", "json_safe", "shown"]
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 200)
+"""Tables go to stdout at the terminal's width, or 200 columns when the output is a file or a pipe (rich would
+cut them at 80)."""
 
 
 def say(text: str) -> None:
@@ -22,7 +24,13 @@ def say(text: str) -> None:
 
 
 def error_line(message: str) -> None:
+    """``error: <message>`` on one line of stderr."""
     print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    """``warning: <message>`` on one line of stderr."""
+    print(f"warning: {one_line(message)}", file=sys.stderr, flush=True)
 
 
 def num(value) -> str:

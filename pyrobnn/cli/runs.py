@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -12,13 +13,13 @@ import torch
 from pyrobnn.analysis.evaluate import evaluate as evaluate_posterior
 from pyrobnn.analysis.metrics import classification_metrics, reliability_diagram
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.checks import one_line
+from pyrobnn.checks import one_line, positive
 from pyrobnn.cli.build import build, build_network
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import shown
 from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
-from pyrobnn.device import resolve_device
+from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.mcmc import MCMCResult
 from pyrobnn.infer.predict import predict, predict_moments
 
@@ -60,21 +61,39 @@ def load_data(cfg):
     return dataclasses.replace(data, **normal)
 
 
+def gigabytes(value: Optional[float]) -> Optional[int]:
+    """``--max-memory`` in GB as bytes (None: the default budget of :func:`pyrobnn.device.memory_budget`)."""
+    return None if value is None else int(positive("--max-memory (GB)", value) * 1e9)
+
+
 def test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
-                 moments: bool = False) -> dict[str, float]:
+                moments: bool = False, max_memory: Optional[int] = None, progress: bool = False) -> dict[str, float]:
     """Test metrics of the posterior predictive, drawn after ``pyro.set_rng_seed(seed)``; the
-    reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given."""
-
-
+    reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given. Each pass holds
+    at most ``max_memory`` bytes (:func:`~pyrobnn.infer.predict.predictive_outputs`)."""
     pyro.set_rng_seed(seed)
+    options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress)
     if data.task != "classification":
-        return evaluate_posterior(model, guide, data.x_test, data.y_test, num_samples=num_samples, moments=moments)
+        return evaluate_posterior(model, guide, data.x_test, data.y_test, moments=moments, **options)
     probs = (predict_moments(model, guide, data.x_test) if moments
-             else predict(model, guide, data.x_test, num_samples=num_samples))["probs"]
+             else predict(model, guide, data.x_test, **options))["probs"]
     if reliability is not None:
         reliability_diagram(probs.cpu(), data.y_test, reliability,
                             title=f"{data.name}: {len(data.y_test)} test examples, {num_samples} samples")
     return classification_metrics(probs, data.y_test.to(probs.device))
+
+
+def training_accuracy(model, guide, data, transform=None, moments: bool = False,
+                      max_memory: Optional[int] = None, size: int = 1000) -> tuple[float, float]:
+    """The predictive accuracy on the first ``size`` training examples (10 posterior samples, rounded up to a
+    multiple of a mixture guide's components) and the chance level there, the frequency of the majority class:
+    a run at chance learned nothing."""
+    x, y = data.x_train[:size], data.y_train[:size]
+    if transform is not None:
+        x = transform.normalize(x.to(device_of(guide, model)))
+    samples = guide.num_components * math.ceil(10 / guide.num_components)
+    metrics = evaluate_posterior(model, guide, x, y, num_samples=samples, moments=moments, max_memory=max_memory)
+    return metrics["accuracy"], float(torch.bincount(y).max()) / len(y)
 
 
 def load_states(path: Path, state: dict, model, guide) -> None:

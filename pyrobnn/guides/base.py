@@ -14,32 +14,29 @@ Parameters live in Pyro's param store, as an autoguide's do: they are
 :class:`~pyro.nn.PyroParam` s in one container per role, named
 ``<guide name>.<role>.<site>`` (e.g. ``NormalGuide.locs.net.0.weight``), so SVI
 with ``pyro.optim``, ``pyro.get_param_store().save/load`` and ``clear`` work as for
-an autoguide. Building a guide registers its initial values under its names,
-replacing what the store held there: a second guide built on a second model
-trains from its own initial values. Calling the guide reads the store, so values
-loaded with ``pyro.get_param_store().load(path)`` after building it are used; two
-guides used side by side take different ``name=`` s (or
+an autoguide. A saved fit is restored whether ``pyro.get_param_store().load(path)``
+comes before or after the guide is built: values loaded into the store are adopted
+in place (:mod:`pyrobnn.model.param_store`), while a second guide built without a
+load (a second model, a re-run notebook cell) trains from its own initial values.
+Two guides used side by side take different ``name=`` s (or
 ``pyro.settings.set(module_local_params=True)``).
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, Union
 
 import pyro
 import torch
 from pyro.nn import PyroModule, PyroParam
 
-from pyrobnn._compat import pyro_context, pyro_name
+from pyrobnn._compat import pyro_name
 from pyrobnn.model.conversion import Site
+from pyrobnn.model.param_store import claim
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
-
-_OWNED: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
-"""Every tensor a pyrobnn guide has put in Pyro's param store, by id."""
 
 SHARING = ("weight", "row", "layer")
 """How many values a per-weight quantity (a variance, a dropout rate) has: one per weight, one per
@@ -99,8 +96,7 @@ class SiteGuide(PyroModule):
         self._params = [(f"{pyro_name(self)}.{role}.{site}", role, site)
                         for role, container in self.named_children()
                         for site in (key[: -len("_unconstrained")] for key, _ in container.named_parameters())]
-        self._owned: dict[str, torch.Tensor] = {}
-        self._claim(force=True)
+        self._claim()
 
     # -- what a method defines ------------------------------------------------------
     def setup_site(self, site: Site, loc: torch.Tensor) -> None:
@@ -174,27 +170,20 @@ class SiteGuide(PyroModule):
             module = getattr(module, part)
         return module
 
-    def _claim(self, force: bool = False) -> None:
-        """Make the param store hold this guide's tensors under its names: always when ``force`` (a new
-        guide starts from its own initial values), else where the store holds another pyrobnn guide's
-        tensor (two guides of the same name, e.g. a copy, never read each other's values). A tensor put
-        in the store otherwise (``pyro.get_param_store().load``, ``pyro.param``) is adopted on access."""
-        store = pyro.get_param_store()
-        stale = []
-        for fullname, _, _ in self._params:
-            if fullname in store:
-                held = store[fullname]
-                if force or (_OWNED.get(id(held)) is held and held is not self._owned.get(fullname)):
-                    stale.append(fullname)
-        if not stale and not force:
-            return
-        for fullname in stale:
-            del store[fullname]
-        with pyro_context(self):
-            for fullname, role, site in self._params:
-                value = self.param(site, role).unconstrained()
-                self._owned[fullname] = value
-                _OWNED[id(value)] = value
+    def _claim(self) -> None:
+        """Make Pyro's param store hold this guide's parameters under its names (:func:`pyrobnn.model.param_store.
+        claim`): values loaded into the store, before or after the guide was built, are adopted in place; entries
+        of another pyrobnn guide of the same name are replaced."""
+        for fullname, role, site in self._params:
+            claim(fullname, self._unconstrained(site, role), f"{type(self).__name__} {pyro_name(self)!r}")
+
+    def _unconstrained(self, name: str, role: str) -> torch.Tensor:
+        """The ``nn.Parameter`` behind the variational parameter ``role`` of site ``name``."""
+        module = getattr(self, role)
+        *path, attr = name.split(".")
+        for part in path:
+            module = getattr(module, part)
+        return module._parameters[attr + "_unconstrained"]
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
         self._claim()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from typing import Mapping, Union
 
 from pyrobnn.distributions import DropoutWeight
 from pyrobnn.guides.base import InitLoc
 from pyrobnn.guides.point import PointGuide
+from pyrobnn.handlers.particles import current_estimator
 
 __all__ = ["DropoutGuide"]
 
@@ -30,7 +32,8 @@ class DropoutGuide(PointGuide):
     :math:`\|M\|^2/(2\sigma_p^2(1-p))` from a Gaussian prior; prediction averages T passes with fresh
     masks (``pyrobnn.infer.predict(..., num_samples=T)``, one mask per example and pass). Under the
     estimator handlers each example draws its own mask (:mod:`pyrobnn.handlers.masked_weight`); under plain Pyro
-    ``SVI`` one mask per batch. Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
+    ``SVI`` one mask per batch, which it warns about once (wrap the step in ``local_reparameterization()``, as
+    ``fit`` does). Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.
     :param rate: the dropout probability p of every layer's input, or a mapping from glob patterns over
@@ -45,6 +48,15 @@ class DropoutGuide(PointGuide):
         else:
             self.rates = {"*": _check_rate("rate", rate)}
         super().__init__(model, init_loc, name=name)
+        self._warned = False
+
+    def forward(self, *args, **kwargs):
+        if current_estimator() is None and not self._warned and any(self.rate(n) for n in self.site_names):
+            self._warned = True
+            warnings.warn("DropoutGuide outside an estimator handler draws one dropout mask per batch, not one per "
+                          "example: wrap the step in pyrobnn.local_reparameterization() (fit and predict do)",
+                          UserWarning, stacklevel=2)
+        return super().forward(*args, **kwargs)
 
     def rate(self, name: str) -> float:
         """The dropout probability of the inputs of site ``name``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyro.distributions as dist
 
+from pyrobnn.distributions import LogUniform
 from pyrobnn.guides.base import SiteGuide
 
 __all__ = ["PointGuide"]
@@ -26,6 +27,12 @@ class PointGuide(SiteGuide):
     pruned_values = {"locs": 0.0}
 
     def setup_site(self, site, loc):
+        if isinstance(site.prior_distribution(), LogUniform):
+            raise ValueError(
+                f"{type(self).__name__} keeps point estimates, but site {site.name!r} has the log-uniform prior "
+                "p(w) ~ 1/|w|, whose density is unbounded at w = 0: the MAP objective has no optimum (every weight "
+                "collapses to 0). Use a Gaussian or scale-mixture prior, or a guide with a variance (normal, "
+                "additive, multiplicative)")
         self.add_param(site, "locs", loc)
 
     def get_posterior(self, name, prior):

@@ -25,7 +25,7 @@ from pyrobnn._compat import DisableTorchFunctionSubclass, tree_map
 from pyrobnn.checks import positive_int
 from pyrobnn.handlers.families import base_distribution, lazy_value_factory
 from pyrobnn.handlers.gaussian_weight import GaussianWeight
-from pyrobnn.handlers.lazy_value import as_sample
+from pyrobnn.handlers.lazy_value import LazyValue, ScoredByDraws, as_sample
 from pyrobnn.handlers.particles import Particles, ParticlesUnsupported
 
 __all__ = ["EstimatorMessenger"]
@@ -53,6 +53,9 @@ class EstimatorMessenger(Messenger):
 
     # -- the effects -----------------------------------------------------------------------
     def _pyro_sample(self, msg):
+        if isinstance(msg["value"], LazyValue) and not msg["is_observed"]:  # the model replaying the guide's value
+            msg["fn"] = ScoredByDraws(msg["fn"])  # so that Pyro's ELBOs score the draws the layers used
+            return
         if msg["is_observed"] or msg["done"] or msg["value"] is not None or site_is_subsample(msg):
             return
         fn = msg["fn"]
@@ -72,7 +75,14 @@ class EstimatorMessenger(Messenger):
                 f"num_particles=S here (or pyrobnn.infer.predict.predict) instead"
             )
         msg["value"] = factory(fn, self)
+        msg["fn"] = ScoredByDraws(fn)
         msg["done"] = True
+
+    def _pyro_current_estimator(self, msg):
+        msg["value"], msg["done"] = self, True
+
+    def _pyro_current_particles(self, msg):
+        msg["value"], msg["done"] = self.particles, True
 
     def _pyro_align_targets(self, msg):
         if self.particles is not None and msg["args"][0] is not None:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from pyro.distributions import TorchDistribution
 
 from pyrobnn.handlers.distribution_tensor import DistributionTensor
 
-__all__ = ["LAYERS", "LazyValue", "LazyWeight", "as_sample"]
+__all__ = ["LAYERS", "LazyValue", "LazyWeight", "ScoredByDraws", "as_sample", "unscored"]
 
 LAYERS = frozenset({F.linear, F.conv1d, F.conv2d, F.conv3d})
 """The layer functions an estimator has a rule for: ``op(x, weight, bias, *rest)``."""
@@ -72,3 +73,45 @@ class LazyWeight(LazyValue):
 def as_sample(value):
     """``value``'s single weight sample if it is a :class:`LazyWeight`, else ``value``."""
     return value.sample() if isinstance(value, LazyWeight) else value
+
+
+class ScoredByDraws(TorchDistribution):
+    r"""The distribution of a site whose value is a :class:`LazyValue`, as Pyro's own ELBOs score it.
+
+    ``Trace_ELBO`` and its kin score every latent site by ``fn.log_prob(value)``. A lazy value is no sample: it
+    stands for the draws the layers used (one per particle, or per example), so the estimator handler gives both
+    the guide's and the model's site this wrapper, whose ``log_prob`` averages the wrapped density over the
+    value's :meth:`~LazyValue.kl_draws`, :math:`\frac1S\sum_s \log f(w_s)`: the same draws on both sides, so
+    ``log q - log p`` is the Monte-Carlo KL that :class:`~pyrobnn.MeanFieldELBO` uses where no closed form
+    exists. Any other value is scored by the wrapped distribution itself.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, base):
+        self.base = base
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def has_rsample(self) -> bool:
+        return self.base.has_rsample
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.base.sample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.base.rsample(sample_shape)
+
+    def log_prob(self, value):
+        if isinstance(value, LazyValue):
+            return self.base.log_prob(value.kl_draws()).mean(0)
+        return self.base.log_prob(value)
+
+
+def unscored(fn):
+    """The distribution behind a :class:`ScoredByDraws` (``fn`` itself otherwise), e.g. for a closed-form KL."""
+    return fn.base if isinstance(fn, ScoredByDraws) else fn

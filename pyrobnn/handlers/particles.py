@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from pyro.poutine.runtime import effectful
 
-__all__ = ["Particles", "ParticlesUnsupported", "align_targets", "mismatched_rows_unsupported"]
+__all__ = ["Particles", "ParticlesUnsupported", "align_targets", "current_estimator", "current_particles",
+           "mismatched_rows_unsupported"]
 
 
 class ParticlesUnsupported(RuntimeError):
@@ -96,6 +97,18 @@ def align_targets(y: torch.Tensor | None) -> torch.Tensor | None:
     """The targets as the network's output rows lay them out: ``y`` itself, or repeated for every
     particle when a handler runs S particles in one pass (it answers this effect)."""
     return y
+
+
+@effectful(type="current_estimator")
+def current_estimator():
+    """The estimator handler around the call (:mod:`pyrobnn.handlers`), or None: a plain Pyro run."""
+    return None
+
+
+@effectful(type="current_particles")
+def current_particles() -> Particles | None:
+    """The :class:`Particles` of the estimator handler around the call, or None (no handler, or one particle)."""
+    return None
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ class WeightSamplingMessenger(EstimatorMessenger):
     """
 
     def _pyro_sample(self, msg):
-        if self.particles is None and isinstance(base_distribution(msg["fn"]), Normal):
+        if self.particles is None and msg["value"] is None and isinstance(base_distribution(msg["fn"]), Normal):
             return  # one particle: the guide's own sample is the weight
         super()._pyro_sample(msg)
 

@@ -27,6 +27,7 @@ from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
 from pyrobnn.handlers.distribution_tensor import DistributionTensor
+from pyrobnn.handlers.lazy_value import unscored
 
 __all__ = ["MeanFieldELBO", "ELBOTerms"]
 
@@ -38,7 +39,7 @@ class ELBOTerms(NamedTuple):
 
 
 def _site_kl(guide_site, model_site) -> torch.Tensor:
-    q, p = guide_site["fn"], model_site["fn"]
+    q, p = unscored(guide_site["fn"]), unscored(model_site["fn"])
     try:
         return kl_divergence(q, p)
     except NotImplementedError:  # torch's "no closed form for this pair": estimate by Monte Carlo

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 from pyro import poutine
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import nn
 
 from pyrobnn._compat import DropoutBase
-from pyrobnn.device import device_of
+from pyrobnn.device import device_of, memory_budget, peak_bytes
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers import local_reparameterization, vdp
 from pyrobnn.handlers.families import has_lazy_value
@@ -48,39 +50,97 @@ def _vectorizable(guide) -> bool:
 @torch.no_grad()
 def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: int = 1000,
                        mc_dropout: bool = False, vectorized: bool | None = None,
-                       max_rows: int = 200_000) -> torch.Tensor:
+                       max_memory: int | None = None, progress: bool = False) -> torch.Tensor:
     """Network outputs under ``num_samples`` posterior draws, shape ``(S, N, ...)``.
 
     ``vectorized`` (default: whenever every posterior has a lazy value, e.g. Normal family or dropout)
     draws the S samples in batched passes under :func:`~pyrobnn.handlers.local_reparameterization` with
     ``num_particles``: per example, exactly S independent draws of the network under
-    :math:`q(w)`; at most ``max_rows`` rows (particles x examples) go through the network at
-    once. Otherwise (or when the network uses a Bayesian parameter outside a Linear/Conv layer, e.g.
+    :math:`q(w)`. Otherwise (or when the network uses a Bayesian parameter outside a Linear/Conv layer, e.g.
     a positional embedding or attention weights) a Python loop draws one weight sample per pass,
-    shared by all chunks of ``batch_size`` inputs.
+    shared by all chunks of at most ``batch_size`` inputs.
+
+    Memory is bounded by measurement: one pass of a few rows is measured (:func:`pyrobnn.device.peak_bytes`, with
+    the random state restored afterwards), and the rows of every pass (particles x examples) are chosen so that a
+    pass holds at most ``max_memory`` bytes (default :func:`pyrobnn.device.memory_budget`: half a GPU's free
+    memory, or at most 2 GiB on a CPU). ``progress`` shows a bar over the passes.
     """
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    x = x.to(device_of(guide, model))
+    device = device_of(guide, model)
+    x = x.to(device)
     model.check_input(x)
+    budget = memory_budget(device, max_memory)
     explicit = vectorized is not None
     if vectorized is None:
         vectorized = _vectorizable(guide)
     with prediction_mode(model, mc_dropout):
+        # one draw on a few examples: x must fit the network (a clear error otherwise), and its memory per row
+        rows = _rows_per_pass(lambda probe: _sampled_net(model, guide)(probe), x, budget, device, 1)
         if vectorized:
+            _check_components(guide.num_components, num_samples)
+            copies = max(2, guide.num_components)
             try:
-                return _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows)
+                rows = _rows_per_pass(lambda probe: _particle_pass(model, guide, probe, copies), x, budget, device,
+                                      copies)
+                return _vectorized_outputs(model, guide, x, num_samples, batch_size, rows, progress)
             except ParticlesUnsupported:  # e.g. a residual adding the B-row input to S·B rows
                 if explicit:
                     raise
+        chunk = min(batch_size, rows)
         outputs = []
-        for _ in range(num_samples):
-            guide_trace = poutine.trace(guide).get_trace()
-            net = poutine.replay(model.net, trace=guide_trace)
-            outputs.append(torch.cat([net(chunk) for chunk in x.split(batch_size)]))
+        with passes(num_samples * math.ceil(len(x) / chunk), progress) as advance:
+            for _ in range(num_samples):
+                net = _sampled_net(model, guide)
+                outputs.append(torch.cat([advance(net(part)) for part in x.split(chunk)]))
     return torch.stack(outputs)
+
+
+@contextlib.contextmanager
+def passes(total: int, progress: bool):
+    """A rich progress bar over ``total`` passes (none when ``progress`` is False); yields ``advance(value)``,
+    which counts one pass and returns ``value``."""
+    bar = Progress(TextColumn("predict"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), disable=not progress, transient=True)
+    with bar:
+        task = bar.add_task("predict", total=total)
+
+        def advance(value):
+            bar.advance(task)
+            return value
+
+        yield advance
+
+
+def _check_components(k: int, num_samples: int) -> None:
+    if num_samples % k:
+        raise ValueError(f"num_samples ({num_samples}) must be a multiple of the guide's {k} mixture components, "
+                         f"e.g. {num_samples - num_samples % k or k} or {num_samples - num_samples % k + k}")
+
+
+def _sampled_net(model, guide, check_fit: bool = True):
+    """The network with one weight sample of the guide; ``check_fit``: an input that does not fit it is a
+    ``ValueError`` (:meth:`~pyrobnn.BayesianNetwork.run_net`)."""
+    return poutine.replay(model.run_net if check_fit else model.net, trace=poutine.trace(guide).get_trace())
+
+
+def _particle_pass(model, guide, x, particles: int):
+    """``particles`` draws of the network on ``x`` in one pass, shape ``(particles, len(x), ...)``."""
+    with local_reparameterization(num_particles=particles, batch_size=len(x)) as handler, \
+            mismatched_rows_unsupported(handler.particles):
+        out = _sampled_net(model, guide, check_fit=False)(x)
+    return handler.particles.split(out) if particles > 1 else out.unsqueeze(0)
+
+
+def _rows_per_pass(run, x: torch.Tensor, budget: int, device: torch.device, copies: int) -> int:
+    """How many rows (examples x particles) one pass may take within ``budget`` bytes, from the peak memory of
+    ``run`` on a probe of a few examples (``copies`` rows each); the random state is left as it was."""
+    probe = x[: min(len(x), 8)]
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        per_row = peak_bytes(lambda: run(probe), device) / (len(probe) * copies)
+    return max(1, int(budget // max(per_row, 1.0)))
 
 
 @torch.no_grad()
@@ -106,36 +166,30 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
     return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
 
 
-def _vectorized_outputs(model, guide, x, num_samples, batch_size, max_rows):
+def _vectorized_outputs(model, guide, x, num_samples, batch_size, rows, progress=False):
     # a K-component mixture guide (MixtureNodeGuide) gives particle s of example b component (b + s) mod K:
     # every example sees each component equally often when each pass draws a multiple of K
     k = guide.num_components
-    if num_samples % k:
-        raise ValueError(f"num_samples ({num_samples}) must be a multiple of the guide's {k} mixture components, "
-                         f"e.g. {num_samples - num_samples % k or k} or {num_samples - num_samples % k + k}")
-    chunks = []
-    for chunk in x.split(batch_size):
-        per_pass = max(k, min(num_samples, max_rows // len(chunk)) // k * k)
-        draws = []
-        for start in range(0, num_samples, per_pass):
-            particles = min(per_pass, num_samples - start)
-            with local_reparameterization(num_particles=particles, batch_size=len(chunk)) as handler, \
-                    mismatched_rows_unsupported(handler.particles):
-                guide_trace = poutine.trace(guide).get_trace()
-                out = poutine.replay(model.net, trace=guide_trace)(chunk)
-            draws.append(handler.particles.split(out) if particles > 1 else out.unsqueeze(0))
-        chunks.append(torch.cat(draws))
+    chunks, examples = [], max(1, min(batch_size, rows // k))
+    per_pass = max(k, min(num_samples, rows // examples) // k * k)
+    with passes(math.ceil(len(x) / examples) * math.ceil(num_samples / per_pass), progress) as advance:
+        for chunk in x.split(examples):
+            draws = [advance(_particle_pass(model, guide, chunk, min(per_pass, num_samples - start)))
+                     for start in range(0, num_samples, per_pass)]
+            chunks.append(torch.cat(draws))
     return torch.cat(chunks, dim=1)
 
 
 @torch.no_grad()
 def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: int = 1000,
-            mc_dropout: bool = False, vectorized: bool | None = None) -> dict[str, torch.Tensor]:
+            mc_dropout: bool = False, vectorized: bool | None = None,
+            max_memory: int | None = None, progress: bool = False) -> dict[str, torch.Tensor]:
     """Posterior predictive summaries.
 
     Classification: ``probs`` (predictive mean), ``total`` (predictive entropy),
     ``aleatoric`` (expected entropy), ``epistemic`` (mutual information).
     Regression: ``mean``, ``std`` (total), ``epistemic_std``, ``aleatoric_std``.
     """
-    outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized)
+    outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory,
+                                 progress)
     return model.likelihood.predictive(outputs)

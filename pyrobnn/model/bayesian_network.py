@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from typing import Sequence
 
 import torch
@@ -10,12 +12,25 @@ from pyro.nn.module import to_pyro_module_
 from pyro.poutine.runtime import get_plates
 from torch import nn
 
-from pyrobnn.handlers.particles import align_targets
+from pyrobnn.handlers.particles import ParticlesUnsupported, align_targets, current_particles
 from pyrobnn.model.conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
 from pyrobnn.model.likelihoods import Categorical, Likelihood
+from pyrobnn.model.param_store import claim
 from pyrobnn.model.priors import Prior
 
 __all__ = ["BayesianNetwork"]
+
+
+class _ClaimParameters:
+    """Forward pre-hook of the network: :meth:`BayesianNetwork._claim` before every pass (training, prediction)."""
+
+    def __init__(self, model):
+        self.model = weakref.ref(model)
+
+    def __call__(self, net, args):
+        model = self.model()
+        if model is not None:
+            model._claim()
 
 
 class BayesianNetwork(PyroModule):
@@ -63,6 +78,18 @@ class BayesianNetwork(PyroModule):
         self.likelihood = likelihood if likelihood is not None else Categorical()
         self.num_data = num_data
         self.input_shape = tuple(input_shape) if input_shape is not None else None
+        self._warned_num_data = False
+        self._claim()
+        net.register_forward_pre_hook(_ClaimParameters(self))
+
+    def _claim(self) -> None:
+        """Keep the deterministic parameters (weights under a node prior, BatchNorm, a learned noise scale) in
+        Pyro's param store under their names, adopting values loaded there (:mod:`pyrobnn.model.param_store`):
+        a fit saved with ``pyro.get_param_store().save`` is restored whether it is loaded before or after the
+        model is built. Run when the model is built and before every pass of the network."""
+        for fullname, parameter in self.named_parameters():
+            if not fullname.endswith("_unconstrained"):  # PyroParams sync with the store themselves
+                claim(fullname, parameter, "the model")
 
     @property
     def task(self) -> str:
@@ -79,6 +106,21 @@ class BayesianNetwork(PyroModule):
                 f"{self.input_shape} (x must be (batch, {', '.join(map(str, self.input_shape))}))"
             )
 
+    def run_net(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's output on ``x``; an input whose shape does not fit the network is a ``ValueError`` that
+        says so (instead of the error of the first layer it reaches). Under S vectorized particles a shape error
+        may instead mean a residual around the first Bayesian layer, which the caller turns into a loop
+        (:func:`~pyrobnn.handlers.particles.mismatched_rows_unsupported`), so it passes unchanged."""
+        if current_particles() is not None:
+            return self.net(x)
+        try:
+            return self.net(x)
+        except RuntimeError as error:
+            if (isinstance(error, (torch.OutOfMemoryError, ParticlesUnsupported))
+                    or ("shape" not in str(error) and "size" not in str(error))):
+                raise
+            raise ValueError(f"input x of shape {tuple(x.shape)} does not fit the network: {error}") from error
+
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(x)
         if y is not None and self.num_data is not None and self.num_data < len(y):
@@ -91,13 +133,11 @@ class BayesianNetwork(PyroModule):
                 "Predictive(parallel=True)) cannot batch it; use an estimator handler with num_particles=S "
                 "(e.g. weight_sampling) or pyrobnn.infer.predict.predict instead"
             )
-        try:
-            output = self.net(x)
-        except RuntimeError as error:
-            if "shape" not in str(error) and "size" not in str(error):
-                raise
-            raise ValueError(
-                f"input x of shape {tuple(x.shape)} does not fit the network: {error}"
-            ) from error
+        output = self.run_net(x)
+        if y is not None and self.num_data is None and not self._warned_num_data:
+            self._warned_num_data = True
+            warnings.warn("BayesianNetwork(num_data=None): the likelihood of a batch is not scaled to the training "
+                          "set, so the KL weighs N/B times too much against it; pass num_data=N (fit sets it)",
+                          UserWarning, stacklevel=2)
         self.likelihood(output, align_targets(y), self.num_data)
         return output
