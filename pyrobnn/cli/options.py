@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
-from pyrobnn.data import _ALIASES, DATASETS
+from pyrobnn.data import DATASETS, TOY_DATASETS, canonical_name
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.distributions import MIXTURE_KLS
 from pyrobnn.guides import GUIDES
@@ -334,9 +334,6 @@ class RunConfig(_Config):
 
 # ---------------------------------------------------------------------- pyrobnn mcmc
 
-TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
-"""The datasets ``pyrobnn mcmc`` samples on: NUTS evaluates the full-batch likelihood hundreds of
-times per draw, which only a toy problem affords."""
 
 MCMC_MODELS = ("mlp",)
 """The networks ``pyrobnn mcmc`` samples (``--model``)."""
@@ -347,10 +344,9 @@ MCMC_MAX_WEIGHTS = 5_000
 
 def toy_dataset(name: str) -> str:
     """The canonical name of a toy dataset (aliases as :func:`~pyrobnn.data.load_dataset` takes them);
-    any other dataset is a :class:`ValueError` naming ``--dataset``."""
-
-    key = name.strip().lower().replace("_", "-") if isinstance(name, str) else name
-    key = _ALIASES.get(key, key)
+    any other dataset is a :class:`ValueError` naming ``--dataset``: NUTS evaluates the full-batch likelihood
+    hundreds of times per draw, which only a toy problem (:data:`pyrobnn.data.TOY_DATASETS`) affords."""
+    key = canonical_name(name) if isinstance(name, str) else name
     if key in TOY_DATASETS:
         return key
     known = key in DATASETS or (isinstance(name, str) and name.startswith("folder:"))

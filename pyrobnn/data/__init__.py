@@ -66,6 +66,7 @@ __all__ = [
     "CIFAR10_CLASSES",
     "CORRUPTIONS",
     "DATASETS",
+    "TOY_DATASETS",
     "DATA_ENV",
     "FASHION_MNIST_CLASSES",
     "MNIST_CLASSES",
@@ -74,6 +75,7 @@ __all__ = [
     "Loader",
     "NORMALIZATION",
     "cache_dir",
+    "canonical_name",
     "corrupt",
     "cubic",
     "data_root",
@@ -105,12 +107,21 @@ DATASETS: dict[str, Loader] = {
 }
 """Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"``)."""
 
-_NOT_IMAGES = ("two-moons", "cubic", "sinusoid", "imdb")
+TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
+"""The datasets generated in code (small, for full-batch NUTS and quick checks)."""
+
+_NOT_IMAGES = (*TOY_DATASETS, "imdb")
 """The datasets that are not images (no image ``dtype``)."""
 
 _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": "two-moons",
             "moons": "two-moons"}
 """Other spellings accepted, after lower-casing and turning ``_`` into ``-``."""
+
+
+def canonical_name(name: str) -> str:
+    """A dataset's name as :data:`DATASETS` spells it (lower case, hyphens, aliases resolved)."""
+    key = name.strip().lower().replace("_", "-")
+    return _ALIASES.get(key, key)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size: int | None = None,
@@ -134,8 +145,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
         if not path:
             raise ValueError("dataset 'folder:' needs a path, e.g. 'folder:/data/my-images'")
         return load_folder(path, **split)
-    key = name.strip().lower().replace("_", "-")
-    key = _ALIASES.get(key, key)
+    key = canonical_name(name)
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: dataset must be one of "
                          f"{list(DATASETS)} or 'folder:<path>'")

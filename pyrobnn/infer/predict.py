@@ -135,12 +135,19 @@ def _particle_pass(model, guide, x, particles: int):
 
 
 def _rows_per_pass(run, x: torch.Tensor, budget: int, device: torch.device, copies: int) -> int:
-    """How many rows (examples x particles) one pass may take within ``budget`` bytes, from the peak memory of
-    ``run`` on a probe of a few examples (``copies`` rows each); the random state is left as it was."""
-    probe = x[: min(len(x), 8)]
+    """How many rows (examples x particles) one pass may take within ``budget`` bytes. The peak memory of ``run``
+    is measured on probes of 8 and 32 examples (``copies`` rows each) and fitted as ``fixed + per_row * rows``, so
+    what does not grow with the rows (the weight samples of a pass) is not charged to each row; the random state
+    is left as it was."""
+    sizes = (min(len(x), 8), min(len(x), 32))
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        per_row = peak_bytes(lambda: run(probe), device) / (len(probe) * copies)
-    return max(1, int(budget // max(per_row, 1.0)))
+        small, large = (peak_bytes(lambda n=n: run(x[:n]), device) for n in sizes)
+    if sizes[1] > sizes[0] and large > small:
+        per_row = (large - small) / ((sizes[1] - sizes[0]) * copies)
+        fixed = max(small - per_row * sizes[0] * copies, 0.0)
+    else:
+        per_row, fixed = large / (sizes[1] * copies), 0.0
+    return max(1, int((budget - fixed) // max(per_row, 1.0)))
 
 
 @torch.no_grad()
@@ -169,14 +176,18 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
 def _vectorized_outputs(model, guide, x, num_samples, batch_size, rows, progress=False):
     # a K-component mixture guide (MixtureNodeGuide) gives particle s of example b component (b + s) mod K:
     # every example sees each component equally often when each pass draws a multiple of K
+    # every pass draws at least 2 particles: one particle under local reparameterization would sample each
+    # position of a convolution independently, not one weight per draw (a single draw left over is the first
+    # of two)
     k = guide.num_components
-    chunks, examples = [], max(1, min(batch_size, rows // k))
-    per_pass = max(k, min(num_samples, rows // examples) // k * k)
+    least = max(2, k)
+    chunks, examples = [], max(1, min(batch_size, rows // least))
+    per_pass = max(least, min(num_samples, rows // examples) // k * k)
     with passes(math.ceil(len(x) / examples) * math.ceil(num_samples / per_pass), progress) as advance:
         for chunk in x.split(examples):
-            draws = [advance(_particle_pass(model, guide, chunk, min(per_pass, num_samples - start)))
+            draws = [advance(_particle_pass(model, guide, chunk, max(least, min(per_pass, num_samples - start))))
                      for start in range(0, num_samples, per_pass)]
-            chunks.append(torch.cat(draws))
+            chunks.append(torch.cat(draws)[:num_samples])
     return torch.cat(chunks, dim=1)
 
 
