@@ -77,8 +77,13 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
     if vectorized is None:
         vectorized = _vectorizable(guide)
     with prediction_mode(model, mc_dropout):
-        # one draw on a few examples: x must fit the network (a clear error otherwise), and its memory per row
-        rows = _rows_per_pass(lambda probe: _sampled_net(model, guide)(probe), x, budget, device, 1)
+        try:
+            with _rng_kept(device):  # one draw on one example: x must fit the network (a clear error otherwise)
+                _sampled_net(model, guide)(x[:1])
+        except ValueError as error:  # run_net's message names the probe's shape: name the input's
+            if not isinstance(error.__cause__, RuntimeError):
+                raise
+            raise ValueError(f"input x of shape {tuple(x.shape)} does not fit the network: {error.__cause__}") from None
         if vectorized:
             _check_components(guide.num_components, num_samples)
             copies = max(2, guide.num_components)
@@ -89,6 +94,7 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
             except ParticlesUnsupported:  # e.g. a residual adding the B-row input to S·B rows
                 if explicit:
                     raise
+        rows = _rows_per_pass(lambda probe: _sampled_net(model, guide)(probe), x, budget, device, 1)
         chunk = min(batch_size, rows)
         outputs = []
         with passes(num_samples * math.ceil(len(x) / chunk), progress) as advance:
@@ -134,13 +140,18 @@ def _particle_pass(model, guide, x, particles: int):
     return handler.particles.split(out) if particles > 1 else out.unsqueeze(0)
 
 
+def _rng_kept(device: torch.device):
+    """A context whose draws leave the random state as it was (probes must not change the predictions)."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
 def _rows_per_pass(run, x: torch.Tensor, budget: int, device: torch.device, copies: int) -> int:
     """How many rows (examples x particles) one pass may take within ``budget`` bytes. The peak memory of ``run``
     is measured on probes of 8 and 32 examples (``copies`` rows each) and fitted as ``fixed + per_row * rows``, so
     what does not grow with the rows (the weight samples of a pass) is not charged to each row; the random state
     is left as it was."""
     sizes = (min(len(x), 8), min(len(x), 32))
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with _rng_kept(device):
         small, large = (peak_bytes(lambda n=n: run(x[:n]), device) for n in sizes)
     if sizes[1] > sizes[0] and large > small:
         per_row = (large - small) / ((sizes[1] - sizes[0]) * copies)
