@@ -1,42 +1,43 @@
 """Methods by name: presets that bundle a prior, a guide, an estimator, a β schedule and their paper's settings.
 
 One registry, :data:`METHODS`, read by ``pyrobnn train --method``, the studies (``--vary method=bbb,mcdropout``)
-and the examples. A preset is a set of overrides of :class:`~pyrobnn.cli.options.RunConfig` fields, addressed by
-their dotted path (``"guide.name"``, ``"optim.estimator"``, ``"optim.beta.name"``).
+and the examples. A preset is the command-line arguments it stands for (``--prior scale-mixture --guide normal``),
+placed before the user's own, so an option the user names wins; ``command`` says which command runs it
+(``train``, or ``mcmc`` for NUTS on small full-batch data).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-__all__ = ["Method", "METHODS", "method_overrides"]
+__all__ = ["Method", "METHODS", "method_args"]
 
 
 @dataclass(frozen=True)
 class Method:
-    """A named method: ``overrides`` of the run configuration (dotted field paths), and the paper it follows."""
+    """A named method: the arguments it stands for, the command that runs it, and the paper it follows."""
 
-    overrides: dict[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...]
     paper: str = ""
+    command: str = "train"
 
 
 METHODS: dict[str, Method] = {
-    "bbb": Method({"prior.name": "scale-mixture", "guide.name": "normal", "optim.estimator": "sample"},
+    "bbb": Method(("--prior", "scale-mixture", "--guide", "normal", "--estimator", "sample"),
                   "Blundell et al. 2015, Weight Uncertainty in Neural Networks"),
-    "bbb-local": Method({"prior.name": "gaussian", "guide.name": "normal", "optim.estimator": "local"},
+    "bbb-local": Method(("--prior", "gaussian", "--guide", "normal", "--estimator", "local"),
                         "Kingma, Salimans & Welling 2015, local reparameterization"),
-    "mcdropout": Method({"prior.name": "gaussian", "guide.name": "dropout", "optim.estimator": "local"},
+    "mcdropout": Method(("--prior", "gaussian", "--guide", "dropout", "--estimator", "local"),
                         "Gal & Ghahramani 2016, Dropout as a Bayesian Approximation"),
-    "map": Method({"prior.name": "gaussian", "guide.name": "point"}, "maximum a posteriori"),
-    "vd-additive": Method({"prior.name": "log-uniform", "guide.name": "additive", "optim.estimator": "local"},
+    "map": Method(("--prior", "gaussian", "--guide", "point"), "maximum a posteriori"),
+    "vd-additive": Method(("--prior", "log-uniform", "--guide", "additive", "--estimator", "local"),
                           "Molchanov et al. 2017, Variational Dropout Sparsifies Deep Neural Networks"),
 }
 """Every preset by name (the registry the CLI, the studies and the examples read)."""
 
 
-def method_overrides(name: str) -> dict[str, Any]:
-    """The overrides of method ``name``; an unknown name is a ``ValueError`` listing the known ones."""
+def method_args(name: str) -> tuple[str, ...]:
+    """The arguments method ``name`` stands for; an unknown name is a ``ValueError`` listing the known ones."""
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
-    return dict(METHODS[name].overrides)
+    return METHODS[name].args
