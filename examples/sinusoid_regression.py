@@ -13,44 +13,25 @@ likelihood (noise scale learned) is trained full-batch:
 The Bayesian methods use the thesis's regression schedule, KL off for ``--warmup``
 epochs then annealed linearly over ``--anneal`` epochs. Prints test MSE (and
 NLL) per method, saves ``--plot`` (predictive mean and ±2 std bands on
-x ∈ [-0.5, 1.0], training points marked) and prints one JSON line last.
+x ∈ [-0.5, 1.0], training points marked) and prints one JSON line last. The methods are the study
+``studies/sinusoid_regression.toml``, whose cells are cached in ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 from pathlib import Path
 
 import pyro
 import torch
+from method_study import add_study_options, given, run_methods
 from rich.console import Console
-from rich.table import Table
 
-from pyrobnn import AdditiveDropoutGuide, BayesianNetwork, Gaussian, GaussianPrior, LogUniformPrior, NormalGuide
-from pyrobnn.analysis.evaluate import evaluate
-from pyrobnn.data import sinusoid
-from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predict
-from pyrobnn.infer.schedules import Constant, LinearWarmup
-from pyrobnn.infer.svi import fit
-from pyrobnn.networks import MLP
 
+METHODS = ("dense", "additive", "deterministic")
 GRID = torch.linspace(-0.5, 1.0, 301).unsqueeze(-1)
-
-
-def build(method: str, net):
-    """Model and guide of one method; each guide keeps its parameters under its own name (``method``)
-    in Pyro's param store."""
-    if method == "dense":
-        model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), prior=GaussianPrior(0.0, 2.0))
-        return model, NormalGuide(model, init_rho=-6.0, parameterization="log_variance", name=method)
-    if method == "additive":
-        model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), prior=LogUniformPrior())
-        return model, AdditiveDropoutGuide(model, init_log_sigma2=-10.0, name=method)
-    model = BayesianNetwork(net, Gaussian(0.05, learn_scale=True), deterministic=True)
-    return model, NormalGuide(model, name=method)
 
 
 def band_width(pred: dict, inside: torch.Tensor) -> tuple[float, float]:
@@ -68,35 +49,24 @@ def main():
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=Path("outputs/sinusoid.png"))
+    add_study_options(parser, "sinusoid_regression")
     args = parser.parse_args()
 
-    data = sinusoid(500, 40, seed=args.seed)
-    torch.manual_seed(args.seed)
-    net = MLP(1, (64,), 1)
-    inside = (GRID[:, 0] >= data.x_train.min()) & (GRID[:, 0] <= data.x_train.max())
+    base = [*given(args, "epochs", "lr", "seed"), "--beta.warmup", args.warmup, "--beta.anneal", args.anneal,
+            "--num-samples", args.samples]
+    cells = run_methods("sinusoid_regression", METHODS, args, base=base)
     results, bands = {}, {}
-    for method in ("dense", "additive", "deterministic"):
-        model, guide = build(method, copy.deepcopy(net))
-        bayesian = method != "deterministic"
-        beta = LinearWarmup(args.warmup, args.anneal) if bayesian else Constant(0.0)
-        fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=len(data.x_train),
-            optimizer=Optim(lr=args.lr), beta=beta, seed=args.seed, progress=False, device="cpu")
+    for cell in cells:
+        method = cell.method
+        cfg, data, model, guide = cell.restore("cpu")
+        inside = (GRID[:, 0] >= data.x_train.min()) & (GRID[:, 0] <= data.x_train.max())
         pyro.set_rng_seed(args.seed)
-        samples = args.samples if bayesian else 1
-        metrics = evaluate(model, guide, data.x_test, data.y_test, num_samples=samples)
-        bands[method] = predict(model, guide, GRID, num_samples=samples)
+        bands[method] = predict(model, guide, GRID, num_samples=cfg.output.num_samples)
         within, outside = band_width(bands[method], inside)
-        results[method] = {"mse": metrics["rmse"] ** 2, "nll": metrics["nll"],
+        test = cell.report["test"]
+        results[method] = {"mse": test["rmse"] ** 2, "nll": test["nll"],
                            "noise_scale": float(model.likelihood.scale.detach()), "std_inside": within,
                            "std_outside": outside}
-
-    table = Table(title=f"sinusoid regression, 40 training points, {args.epochs} epochs")
-    for column in ("method", "test MSE", "test NLL", "noise σ", "band std in / out of data"):
-        table.add_column(column, justify="right")
-    for method, r in results.items():
-        table.add_row(method, f"{r['mse']:.5f}", f"{r['nll']:.3f}", f"{r['noise_scale']:.4f}",
-                      f"{r['std_inside']:.3f} / {r['std_outside']:.3f}")
-    Console().print(table)
     plot(data, bands, args.plot)
     Console().print(f"wrote {args.plot}")
     print(json.dumps({k: {m: round(v, 6) for m, v in r.items()} for k, r in results.items()}))

@@ -18,8 +18,10 @@ Two pre-training strategies: ``frequentist`` (a deterministic network trained fo
 half the epochs, then the posterior means start from its weights with tiny
 variances and the KL is annealed in linearly) and ``warmup`` (Bayesian from the
 start, KL off for the first quarter of the epochs, then annealed). Training uses
-local reparameterization (Kingma, Salimans & Welling 2015) and prints the sparsity of the
-guide's principled rule after every epoch. For each method it reports test accuracy, accuracy after
+local reparameterization (Kingma, Salimans & Welling 2015) and records the sparsity of the
+guide's principled rule after every epoch (in each cell's ``metrics.json``). The three methods are the study
+``studies/sparse_vd_mnist.toml`` (cells cached in ``--out``; the pre-training is a study of its own in
+``--out/pretrain``). For each method it reports test accuracy, accuracy after
 principled pruning and after random pruning at the same per-layer sparsity, the
 per-layer sparsity, and test error against the number of Monte-Carlo samples T
 (mean and std over repeats).
@@ -39,80 +41,35 @@ import json
 
 import pyro
 import torch
+from method_study import STUDIES, add_study_options, given, run_methods
 from rich.console import Console
 from rich.table import Table
 
-from pyrobnn import (
-    AdditiveDropoutGuide,
-    BayesianNetwork,
-    GaussianPrior,
-    LogUniformPrior,
-    MultiplicativeDropoutGuide,
-    NormalGuide,
-)
 from pyrobnn.analysis.evaluate import evaluate
-from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, record_sparsity, sparsity
-from pyrobnn.data import load_dataset
-from pyrobnn.infer.optim import Optim
-from pyrobnn.infer.schedules import Constant, LinearWarmup
-from pyrobnn.infer.svi import fit
-from pyrobnn.networks import MLP
+from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, sparsity
+from pyrobnn.studies import Study, load_study
 
 METHODS = ("dense", "additive", "multiplicative")
 T_VALUES = (1, 2, 5, 10, 20, 50)
 
 
-def make_guide(method: str, model, args):
-    """The guide of one method, its parameters named after the method in Pyro's param store."""
-    if method == "dense":
-        return NormalGuide(model, init_rho=-6.0, parameterization="log_variance", name=method)
-    if method == "additive":
-        return AdditiveDropoutGuide(model, init_log_sigma2=-10.0, name=method)
-    if args.max_log_alpha <= 0:
-        return MultiplicativeDropoutGuide(model, init_log_alpha=-4.0, max_log_alpha=args.max_log_alpha, name=method)
-    return MultiplicativeDropoutGuide(model, init_log_alpha=-4.0, max_log_alpha=args.max_log_alpha,
-                                      approximation="molchanov", name=method)
+def pretrain(base: list, args) -> str:
+    """Frequentist pre-training: a deterministic LeNet-300-100 for half the epochs (a study of one cell in
+    ``--out/pretrain``); returns its checkpoint, where the posterior means of every method start."""
+    file = load_study(STUDIES / "sparse_vd_mnist.toml")
+    study = Study(base=[*file.base, *base, "--bayesian", "none", "--epochs", args.epochs // 2, "--num-samples", 1],
+                  name="pretrain")
+    record, = study.run(args.out / "pretrain", workers=args.workers, force=args.force, progress=False)
+    if record["status"] != "done":
+        raise SystemExit(f"frequentist pre-training failed: {record['error']}")
+    print(f"frequentist pre-training: {args.epochs // 2} epochs, test accuracy {record['metrics']['accuracy']:.4f}",
+          flush=True)
+    return str(args.out / "pretrain" / "cells" / record["key"] / "checkpoint.pt")
 
 
-def train_method(method: str, data, pretrained: torch.nn.Module | None, args) -> tuple:
-    """The trained (model, guide) of one method."""
-    pyro.set_rng_seed(args.seed)  # every method starts from the same initial network
-    net = copy.deepcopy(pretrained) if pretrained is not None else MLP(784, (300, 100), 10)
-    prior = GaussianPrior(0.0, 1.0) if method == "dense" else LogUniformPrior()
-    model = BayesianNetwork(net, prior=prior)
-    guide = make_guide(method, model, args)
-    if pretrained is not None:  # KL annealed in over the Bayesian epochs
-        epochs, beta = args.epochs - args.epochs // 2, LinearWarmup(0, max(1, (args.epochs - args.epochs // 2) // 2))
-    else:  # Bayesian warm-up: KL off, then annealed
-        epochs, beta = args.epochs, LinearWarmup(args.epochs // 4, max(1, args.epochs // 4))
-    fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=128, optimizer=Optim(lr=args.lr),
-        beta=beta, estimator="local", seed=args.seed, device=args.device, progress=False,
-        on_epoch_end=[record_sparsity(guide),
-                      lambda e, r: print(f"{method} epoch {e + 1}: nll {r['nll']:.4g} (per example) kl {r['kl']:.4g} "
-                                         f"nats sparsity {r['sparsity']:.3f} {r['seconds']:.1f}s", flush=True)])
-    return model, guide
-
-
-def pretrain(data, args) -> torch.nn.Module:
-    """Frequentist pre-training: a deterministic LeNet-300-100 for half the epochs."""
-    pyro.set_rng_seed(args.seed)
-    net = MLP(784, (300, 100), 10)
-    model = BayesianNetwork(net, deterministic=True)
-    guide = NormalGuide(model, name="pretrain")
-    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs // 2, batch_size=128,
-        optimizer=Optim(lr=args.lr), beta=Constant(0.0), seed=args.seed, device=args.device, progress=False)
-    pretrained = MLP(784, (300, 100), 10)  # a plain nn.Module again, with the trained weights
-    pretrained.load_state_dict(model.net.state_dict())
-    accuracy = evaluate(model, guide, data.x_test, data.y_test, num_samples=1)["accuracy"]
-    print(f"frequentist pre-training: {args.epochs // 2} epochs, test accuracy {accuracy:.4f}", flush=True)
-    return pretrained
-
-
-def report(method: str, model, guide, data, args) -> dict:
+def report(accuracy: float, model, guide, data, args) -> dict:
     """Accuracy, pruned accuracies, sparsity and error vs T of one trained method."""
     x, y = data.x_test, data.y_test
-    pyro.set_rng_seed(args.seed)
-    accuracy = evaluate(model, guide, x, y, num_samples=args.samples)["accuracy"]
     masks = principled_masks(guide)
     removed = sparsity(masks)
     errors = {}
@@ -150,17 +107,26 @@ def main():
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
+    add_study_options(parser, "sparse_vd_mnist")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (pre-training and Bayesian phases)")
 
-    data = load_dataset(args.dataset, args.data_root, train_size=args.train_size, seed=args.seed)
-    pretrained = pretrain(data, args) if args.pretrain == "frequentist" else None
-    methods = METHODS if args.method == "all" else (args.method,)
+    base = [*given(args, "dataset", "lr", "train_size", "data_root", "seed", "device"), "--num-samples", args.samples]
+    if args.pretrain == "frequentist":  # KL annealed in over the Bayesian epochs
+        bayesian = args.epochs - args.epochs // 2
+        schedule = ["--init-from", pretrain(base, args), "--epochs", bayesian, "--beta.warmup", 0,
+                    "--beta.anneal", max(1, bayesian // 2)]
+    else:  # Bayesian warm-up: KL off, then annealed
+        warmup = args.epochs // 4
+        schedule = ["--epochs", args.epochs, "--beta.warmup", warmup, "--beta.anneal", max(1, warmup)]
+    kingma = ["--guide.approximation", "kingma"] if args.max_log_alpha <= 0 else []
+    cells = run_methods("sparse_vd_mnist", METHODS, args, None if args.method == "all" else [args.method],
+                        [*base, *schedule], {"multiplicative": ["--guide.max-log-alpha", args.max_log_alpha, *kingma]})
     results = {}
-    for method in methods:
-        model, guide = train_method(method, data, pretrained, args)
-        results[method] = report(method, model, guide, data, args)
+    for cell in cells:
+        _, data, model, guide = cell.restore(args.device)
+        results[cell.method] = report(cell.report["test"]["accuracy"], model, guide, data, args)
 
     console = Console()
     table = Table(title=f"LeNet-300-100 on {args.dataset}, {args.epochs} epochs, {args.pretrain} pre-training "

@@ -19,6 +19,7 @@ VDP++ on a subset, to show the transformer rules learn (the VDP++ paper's VDP-Vi
 
     python examples/vdp_mnist.py --epochs 5
 
+The three methods are the study ``studies/vdp_mnist.toml``, whose cells are cached in ``--out``.
 Saves ``snr.png`` and ``pruning.png`` in ``--out`` and prints, last, one JSON line
 ``{"det": {"accuracy", "accuracy_snr_-6db", "accuracy_pruned_90"}, "bbb": {...}, "vdp": {...},
 "vdp_time_ratio", "vdp_memory_ratio", ...}``.
@@ -31,6 +32,7 @@ import json
 from pathlib import Path
 
 import pyro
+from method_study import add_study_options, given, run_methods
 from rich.console import Console
 from rich.table import Table
 
@@ -39,7 +41,6 @@ from pyrobnn.analysis.cost import compare_training_cost, cost_table
 from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import pruning_curve
 from pyrobnn.analysis.robustness import deterministic_predictor, moment_predictor, noise_robustness, sampling_predictor
-from pyrobnn.data import load_dataset
 from pyrobnn.device import resolve_device
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.schedules import Constant
@@ -50,22 +51,6 @@ METHODS = ("det", "bbb", "vdp")
 COLORS = {"det": "C0", "bbb": "C1", "vdp": "C2"}
 SNR_DB = (-6, -3, 0, 3, 6, 10, 20, 30)
 FRACTIONS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
-
-
-def train(method: str, data, args):
-    """Train one method; returns ``(model, guide)``."""
-    pyro.set_rng_seed(args.seed)
-    likelihood = Categorical(vdp_objective=args.objective)
-    model = BayesianNetwork(LeNet5(1, 10), likelihood, prior=GaussianPrior(0.0, args.prior_scale),
-                            deterministic=method == "det")
-    guide = NormalGuide(model, init_rho=args.init_rho, share=args.share if method == "vdp" else "weight", name=method)
-    fit(model, guide, data.x_train, data.y_train, epochs=args.epochs, batch_size=args.batch_size,
-        optimizer=Optim(lr=args.lr), beta=Constant(args.beta),
-        estimator={"det": "sample", "bbb": "sample", "vdp": "vdp"}[method],
-        seed=args.seed, device=args.device, progress=not args.no_progress,
-        on_epoch_end=lambda epoch, r: print(f"{method} epoch {epoch + 1}: loss {r['loss']:.4g} nll {r['nll']:.4g} "
-                                            f"(per example) kl {r['kl']:.4g} nats {r['seconds']:.1f}s", flush=True))
-    return model, guide
 
 
 def train_vit(data, args) -> dict[str, float]:
@@ -160,26 +145,29 @@ def main():
     parser.add_argument("--vit-epochs", type=int, default=3, help="epochs of the small ViT trained by VDP++ (0: skip)")
     parser.add_argument("--vit-train-size", type=int, default=10000, help="training images of the ViT run")
     parser.add_argument("--data-root", default=None, help="data directory (else $PYROBNN_DATA)")
-    parser.add_argument("--out", type=Path, default=Path("runs/vdp_mnist"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-progress", action="store_true")
+    add_study_options(parser, "vdp_mnist")
     args = parser.parse_args()
 
-    data = load_dataset("mnist", args.data_root, train_size=args.train_size, test_size=args.test_size,
-                        seed=args.seed)
+    base = [*given(args, "epochs", "batch_size", "lr", "seed", "device", "train_size", "test_size", "data_root"),
+            "--prior.scale", args.prior_scale, "--beta.value", args.beta, "--guide.init-rho", args.init_rho,
+            "--num-samples", args.samples, "--likelihood.vdp-objective", args.objective.replace("_", "-")]
+    runs = run_methods("vdp_mnist", METHODS, args, args.methods, base, {"vdp": ["--guide.share", args.share]},
+                       progress=not args.no_progress)
     console = Console()
     results = {}
-    for method in args.methods:
-        model, guide = train(method, data, args)
+    for cell in runs:
+        method = cell.method
+        _, data, model, guide = cell.restore(args.device)
         accuracy = accuracy_of(method, model, data.x_test, data.y_test, args.samples)
         trained = model.net if method == "det" else guide
-        r = {"accuracy": accuracy(trained)}
+        r = {"accuracy": cell.report["test"]["accuracy"]}
         r["snr"] = noise_robustness(predictor_of(method, model, guide, args.samples), data.x_test, data.y_test,
                                     SNR_DB, seed=args.seed)
         r["pruning"] = pruning_curve(accuracy, trained, FRACTIONS)
         results[method] = r
-        console.print(f"{method}: accuracy {r['accuracy']:.4f}")
 
     table = Table(title="accuracy (normalised variance of the predicted class) vs SNR")
     table.add_column("SNR dB", justify="right")

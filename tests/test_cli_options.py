@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.cli import _parse
 from pyrobnn.cli.build import beta_schedule, build, build_network, check_mcmc, check_run, make_optimizer_factory
 from pyrobnn.cli.options import MCMCConfig, RunConfig
@@ -26,11 +27,13 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--test-size": (["10"], []),
     "--val-size": (["5"], []),
     "--augment": ([], ["--dataset", "mnist", "--data-root", "{data_root}"]),
+    "--split": (["3"], ["--dataset", "uci-yacht", "--data-root", "{data_root}"]),
     "--model": (["lenet300-100"], []),
     "--hidden": (["8", "4"], []),
     "--dropout": (["0.2"], []),
     "--width": (["0.5"], []),
     "--bayesian": (["last-layer"], []),
+    "--init-from": (["{pretrained}"], []),
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
     "--prior.mode": (["out"], ["--prior", "node", "--guide", "mixture-node"]),
@@ -44,6 +47,9 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--guide.init-rho": (["-4.0"], []),
     "--guide.init-log-sigma2": (["-8.0"], ["--guide", "additive", "--prior", "log-uniform"]),
     "--guide.init-log-alpha": (["-3.0"], ["--guide", "multiplicative", "--prior", "log-uniform"]),
+    "--guide.max-log-alpha": (["8.0"], ["--guide", "multiplicative", "--prior", "log-uniform",
+                                        "--guide.approximation", "molchanov"]),
+    "--guide.approximation": (["molchanov"], ["--guide", "multiplicative", "--prior", "log-uniform"]),
     "--guide.rate": (["0.1"], ["--guide", "dropout"]),
     "--guide.components": (["8"], MIXTURE + ["--batch-size", "8"]),
     "--guide.init-scale": (["0.3"], MIXTURE),
@@ -60,6 +66,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--weight-decay": (["0.001"], []),
     "--lr-step": (["2"], []),
     "--lr-gamma": (["0.1"], ["--lr-step", "1"]),
+    "--variational-lr-factor": (["10"], MIXTURE),
     "--num-particles": (["3"], []),
     "--precision": (["bf16"], []),
     "--estimator": (["local"], []),
@@ -69,12 +76,19 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--beta.anneal": (["3"], ["--beta", "linear"]),
     "--seed": (["7"], []),
     "--device": (["cpu"], []),
+    "--grid": (["lr=0.01,0.001"], []),
     "--out": (["{tmp}/elsewhere"], []),
     "--resume": ([], []),
     "--overwrite": ([], []),
     "--max-memory": (["0.5"], []),
+    "--method": (["map"], []),
+    "--ensemble": (["2"], ["--guide", "point"]),
+    "--laplace": ([], ["--guide", "point"]),
     "--progress": ([], []),  # the flag of a bool defaulting to True is --no-progress
     "--num-samples": (["7"], []),
+    "--ood-dataset": (["fashion-mnist"], ["--dataset", "mnist", "--data-root", "{data_root}"]),
+    "--corruptions": (["3"], []),
+    "--corruption-types": (["fog"], []),
 }
 
 MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
@@ -84,11 +98,13 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--test-size": (["10"], []),
     "--val-size": None,
     "--augment": None,
+    "--split": None,  # suppressed: toy problems are generated, not split
     "--model": None,  # mlp is the only choice
     "--hidden": (["4", "4"], []),
     "--dropout": None,
     "--width": (["0.5"], []),
     "--bayesian": (["last-layer"], []),
+    "--init-from": None,  # NUTS starts from the seeded initial weights
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
     "--prior.mode": None,  # node priors are refused by mcmc (test_cli)
@@ -119,8 +135,17 @@ def _argv(flag: str, value: list[str], context: list[str], default_flags: dict) 
     return [flag, *value, *context]
 
 
+def _pretrained(tmp_path) -> str:
+    """A deterministic run's checkpoint of the TOY network, what --init-from reads."""
+    cfg = _parse(["train", *TOY, "--bayesian", "none"])
+    path = tmp_path / "pretrained.pt"
+    save_checkpoint(path, {"model": build_network(cfg, load_data(cfg)).state_dict(), "guide": {}, "epoch": 0})
+    return str(path)
+
+
 def _fill(args: list[str], data_root, tmp_path) -> list[str]:
-    return [a.format(data_root=data_root, tmp=tmp_path) for a in args]
+    pretrained = _pretrained(tmp_path) if any("{pretrained}" in a for a in args) else None
+    return [a.format(data_root=data_root, tmp=tmp_path, pretrained=pretrained) for a in args]
 
 
 def test_every_option_has_a_case():

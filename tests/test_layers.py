@@ -30,11 +30,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "analysis": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer"),
     "cli": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
     "face": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
-    "main": ("cli",),
+    "studies": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis",
+                "cli"),
+    "main": ("cli", "studies"),
 }
 """What each layer may import from pyrobnn, besides itself. ``model`` reads only the particle layout (the
 ``align_targets`` effect) and ``Moments`` of ``handlers``, ``guides`` only its effects (which handler is
-active); ``face`` is ``pyrobnn/__init__.py``; only ``__main__`` imports the command line."""
+active); ``face`` is ``pyrobnn/__init__.py``; ``studies`` run command lines of ``cli`` as cells; only ``__main__``
+imports the studies (``pyrobnn study``), and only it and ``studies`` the command line."""
 
 
 def layer_of(module: str) -> str:

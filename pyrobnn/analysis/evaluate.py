@@ -4,33 +4,50 @@ from __future__ import annotations
 
 import torch
 
-from pyrobnn.analysis.metrics import classification_metrics, regression_metrics
+from pyrobnn.analysis.metrics import classification_metrics, mixture_log_likelihood, regression_metrics
 from pyrobnn.checks import positive_int
 from pyrobnn.handlers.moments import Moments
-from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.predict import predict, predict_moments, predictive_outputs
 
 __all__ = ["evaluate", "Validation"]
 
 
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
              batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
-             moments: bool = False, max_memory: int | None = None, progress: bool = False) -> dict[str, float]:
-    """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL.
+             moments: bool = False, max_memory: int | None = None, progress: bool = False,
+             target_scale: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+    """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL, MAE of its
+    mean and standard deviation and ``log_likelihood``, the mean log density of the predictive mixture
+    (:func:`~pyrobnn.analysis.metrics.mixture_log_likelihood`; under VDP++ of its one Gaussian).
 
     ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling;
-    ``max_memory`` and ``progress`` are :func:`~pyrobnn.infer.predict.predict`'s.
+    ``max_memory`` and ``progress`` are :func:`~pyrobnn.infer.predict.predict`'s. ``target_scale=(mean, std)``:
+    the model predicts targets standardised as ``(y - mean) / std``; predictions and ``y`` are mapped back, so
+    regression metrics are in the target's original units (an RMSE times ``std``, a log density minus
+    ``log std``).
     """
+    regression = model.task != "classification"
     if moments:
         pred = predict_moments(model, guide, x, batch_size)
-        if model.task != "classification":  # the likelihood adds its noise to the propagated variance
+        if regression:  # the likelihood adds its noise to the propagated variance
             observation = model.likelihood.moment_distribution(Moments(pred["mean"], pred["var"]))
             pred = {"mean": observation.mean, "std": observation.stddev}
+            means, scales = pred["mean"][None], pred["std"][None]
+    elif regression:
+        outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory,
+                                     progress)
+        pred, (means, scales) = model.likelihood.predictive(outputs), model.likelihood.mean_scale(outputs)
     else:
         pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory, progress)
     y = y.to(next(iter(pred.values())).device)
-    if model.task == "classification":
+    if not regression:
         return classification_metrics(pred["probs"], y)
-    return regression_metrics(pred["mean"], pred["std"], y)
+    if target_scale is not None:
+        loc, scale = (t.to(y.device) for t in target_scale)
+        y, means, scales = loc + scale * y, loc + scale * means, scale * scales
+        pred = {"mean": loc + scale * pred["mean"], "std": scale * pred["std"]}
+    metrics = regression_metrics(pred["mean"], pred["std"], y)
+    return {**metrics, "log_likelihood": mixture_log_likelihood(means, scales, y)}
 
 
 class Validation:

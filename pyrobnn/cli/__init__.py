@@ -26,7 +26,7 @@ import contextlib
 import io
 import re
 import sys
-from typing import Optional
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 import tyro
 
@@ -34,16 +34,32 @@ from pyrobnn._version import __version__
 from pyrobnn.checks import one_line
 from pyrobnn.cli.evaluate import Evaluate, evaluate
 from pyrobnn.cli.mcmc import SamplingFailed, mcmc
+from pyrobnn.cli.methods import expand_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.prune import Prune, prune
 from pyrobnn.cli.report import error_line
 from pyrobnn.cli.train import train
 from pyrobnn.infer.svi import TrainingDiverged
 
-__all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune"]
+__all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "Command", "COMMANDS", "parse_config",
+           "tyro_parse"]
 
-_COMMANDS = {"train": (RunConfig, train), "evaluate": (Evaluate, evaluate), "prune": (Prune, prune),
-             "mcmc": (MCMCConfig, mcmc)}
+T = TypeVar("T")
+
+
+class Command(NamedTuple):
+    """A subcommand: the dataclass tyro parses (and ``pyrobnn --help`` lists), the function that runs it, and,
+    for a command that reads its own arguments (``pyrobnn study`` passes unknown ones on to its cells), its parser
+    ``argv -> options``."""
+
+    options: type
+    run: Callable[[Any], Any]
+    parse: Optional[Callable[[list[str]], Any]] = None
+
+
+COMMANDS: dict[str, Command] = {"train": Command(RunConfig, train), "evaluate": Command(Evaluate, evaluate),
+                                "prune": Command(Prune, prune), "mcmc": Command(MCMCConfig, mcmc)}
+"""The commands of this package; ``pyrobnn/__main__.py`` adds those of the layers above (``study``)."""
 
 
 _DESCRIPTION = ("Bayesian neural networks on Pyro: train with SVI, evaluate and prune with calibrated uncertainty, "
@@ -58,13 +74,27 @@ def _flatten_tyro_message(text: str) -> str:
     return one_line(re.sub(r"[╭╮╰╯│─]+", " ", "\n".join(lines)))
 
 
-def _parse(argv: list[str]):
-    """tyro's parse; when stderr is not a terminal, a parse error becomes one ``error:`` line."""
+def _parse(argv: list[str], commands: Optional[dict[str, Command]] = None):
+    """tyro's parse of a subcommand; when stderr is not a terminal, a parse error becomes one ``error:`` line."""
+    commands = COMMANDS if commands is None else commands
+    return tyro_parse(lambda: tyro.extras.subcommand_cli_from_dict(
+        {name: command.options for name, command in commands.items()}, args=argv, prog="pyrobnn",
+        description=_DESCRIPTION))
 
-    def parse():
-        return tyro.extras.subcommand_cli_from_dict({name: cls for name, (cls, _) in _COMMANDS.items()},
-                                                    args=argv, prog="pyrobnn", description=_DESCRIPTION)
 
+def parse_config(cls: type[T], argv: list[str], prog: str) -> T:
+    """``cls`` parsed by tyro from ``argv``, as ``prog`` would parse it; a parse error is a :class:`ValueError`
+    holding tyro's message on one line (a study checks every cell's command line this way before it runs any)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(cls, args=argv, prog=prog)
+    except SystemExit:
+        raise ValueError(_flatten_tyro_message(captured.getvalue()) or f"{prog}: cannot parse {argv}") from None
+
+
+def tyro_parse(parse: Callable[[], T]) -> T:
+    """``parse()``, a tyro parse; when stderr is not a terminal, a parse error becomes one ``error:`` line."""
     if sys.stderr.isatty():
         return parse()
     captured = io.StringIO()
@@ -84,16 +114,22 @@ def _parse(argv: list[str]):
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    """Entry point of the ``pyrobnn`` console script and ``python -m pyrobnn``."""
+def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]] = None) -> None:
+    """Run one of ``commands`` on ``argv``: :data:`COMMANDS` by default; the ``pyrobnn`` console script and
+    ``python -m pyrobnn`` (:func:`pyrobnn.__main__.main`) pass them all, ``study`` included."""
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    commands = COMMANDS if commands is None else commands
     if argv[:1] in (["--version"], ["-V"]):
         print(f"pyrobnn {__version__}")
         return
-    args = _parse(argv)
-    run = next(command for cls, command in _COMMANDS.values() if isinstance(args, cls))
+    own = commands.get(argv[0]) if argv else None
     try:
+        if own is not None and own.parse is not None:  # a command that reads its own arguments
+            args, run = own.parse(argv[1:]), own.run
+        else:
+            args = _parse(expand_method(argv), commands)  # --method NAME: its preset's options before the user's
+            run = next(command.run for command in commands.values() if isinstance(args, command.options))
         run(args)
     except TrainingDiverged as error:
         error_line(f"training diverged: {error}")

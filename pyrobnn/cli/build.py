@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from pathlib import Path
 from typing import Optional
 
 import torch
 
-from pyrobnn.checks import in_range, nonnegative, nonnegative_int, positive, positive_int
+from pyrobnn.checkpoint import load_checkpoint
+from pyrobnn.checks import in_range, nonnegative, nonnegative_int, one_line, positive, positive_int
+from pyrobnn.cli.methods import resolve_method
 from pyrobnn.cli.options import (
     MCMC_MODELS,
+    SPARSE_VD_LR,
     BetaOptions,
     LikelihoodOptions,
     MCMCConfig,
@@ -23,7 +27,7 @@ from pyrobnn.cli.options import (
 )
 from pyrobnn.guides import GUIDES
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
-from pyrobnn.infer.optim import Optim, StepDecay
+from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
@@ -32,7 +36,7 @@ from pyrobnn.model.priors import PRIORS
 from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
-           "check_run", "check_mcmc"]
+           "GuideRateOptim", "load_pretrained", "check_run", "check_posterior", "check_mcmc"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -91,6 +95,8 @@ def paper_schedule(cfg: RunConfig) -> BetaOptions:
     - the log-uniform prior (variational dropout): β = 0 for the first third of the epochs, then linear to 1 at
       the end: Molchanov et al. (2017) pre-train without the KL, then warm it up linearly; from the first step
       at β = 1, the KL of every weight prunes an untrained network to chance;
+    - Graves' variational dense (``--guide normal --guide.parameterization log-variance``): the same warm-up, then
+      linear annealing, as the VariationalMLP.jl thesis (paper 001) trains it;
     - otherwise (Bayes by Backprop with a Gaussian or scale-mixture prior): Blundell et al.'s geometric weights.
     """
     epochs = cfg.optim.epochs
@@ -98,7 +104,7 @@ def paper_schedule(cfg: RunConfig) -> BetaOptions:
         return BetaOptions(name="constant")
     if cfg.prior.name == "node":
         return BetaOptions(name="linear", anneal=max(1, 2 * epochs // 3))
-    if cfg.prior.name == "log-uniform":
+    if cfg.prior.name == "log-uniform" or (cfg.guide.name == "normal" and cfg.guide.parameterization == "log-variance"):
         warmup = math.ceil(epochs / 3) if epochs > 1 else 0
         return BetaOptions(name="linear", warmup=warmup, anneal=max(1, epochs - warmup))
     return BetaOptions(name="geometric")
@@ -146,11 +152,25 @@ def build_network(cfg, data) -> BayesianNetwork:
                           width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
     except ValueError as error:
         raise ValueError(f"--model {cfg.model.name}: {error}") from None
+    if cfg.model.init_from is not None:
+        load_pretrained(net, cfg.model.init_from)
     deterministic = cfg.model.bayesian == "none"
     return BayesianNetwork(
         net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
         include=_selection(cfg, net), deterministic=deterministic, input_shape=data.input_shape,
     )
+
+
+def load_pretrained(net: torch.nn.Module, path) -> None:
+    """Load into ``net`` the network of a deterministic run's checkpoint (``--init-from``: every parameter a point,
+    stored as ``net.<name>`` in its model's state)."""
+    weights = {name[len("net."):]: value for name, value in load_checkpoint(path)["model"].items()
+               if name.startswith("net.")}
+    try:
+        net.load_state_dict(weights)
+    except RuntimeError as error:
+        raise ValueError(f"--init-from {path}: its network does not fit this one (pre-train with --bayesian none and "
+                         f"the same --model, --hidden and --width): {one_line(error)[:300]}") from None
 
 
 def check_run(cfg: RunConfig) -> None:
@@ -168,6 +188,9 @@ def check_run(cfg: RunConfig) -> None:
             positive_int(option, value)
     nonnegative_int("--val-size", cfg.data.val_size)
     nonnegative_int("--lr-step", cfg.optim.lr_step)
+    if cfg.model.init_from is not None and not Path(cfg.model.init_from).is_file():
+        raise ValueError(f"--init-from {cfg.model.init_from}: no such file; give the checkpoint.pt of a `pyrobnn train "
+                         "--bayesian none` run")
     make_prior(cfg)
     beta_schedule(cfg)
     if cfg.likelihood.name != "auto":
@@ -178,6 +201,23 @@ def check_run(cfg: RunConfig) -> None:
                          "propagates moments deterministically, one pass without particles")
     if cfg.output.max_memory is not None:
         positive("--max-memory (GB)", cfg.output.max_memory)
+    check_posterior(cfg)
+
+
+def check_posterior(cfg: RunConfig) -> None:
+    """``--method`` names a method that ``pyrobnn train`` runs; ``--ensemble`` and ``--laplace`` start from MAP fits
+    (``--guide point``), one or the other."""
+    if cfg.method is not None:
+        method = resolve_method(cfg.method)
+        if method.command != "train":
+            raise ValueError(f"--method {cfg.method} runs with `pyrobnn {method.command}`, not `pyrobnn train`: "
+                             f"pyrobnn {method.command} --method {cfg.method} --dataset two-moons ...")
+    ensemble, laplace = nonnegative_int("--ensemble", cfg.posterior.ensemble), cfg.posterior.laplace
+    if ensemble and laplace:
+        raise ValueError(f"--ensemble {ensemble} and --laplace are two posteriors: choose one")
+    if (ensemble or laplace) and cfg.guide.name != "point":
+        raise ValueError(f"{f'--ensemble {ensemble}' if ensemble else '--laplace'} starts from MAP fits: use --guide "
+                         f"point (got --guide {cfg.guide.name})")
 
 
 def check_mcmc(cfg: MCMCConfig) -> None:
@@ -236,4 +276,31 @@ def make_optimizer_factory(cfg: RunConfig) -> Optim:
     ``--lr-gamma``."""
     opt = cfg.optim
     schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else None
-    return Optim(opt.optimizer, opt.lr, opt.weight_decay, schedule=schedule)
+    if opt.variational_lr_factor != 1:
+        return GuideRateOptim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule,
+                         factor=positive("--variational-lr-factor", opt.variational_lr_factor))
+    return Optim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuideRateOptim(Optim):
+    """:class:`~pyrobnn.infer.optim.Optim` with the guide's parameters at ``factor`` times the learning rate and the
+    network's at the rate (``--variational-lr-factor``: the implicit BNN's large rate on its mixture, Trinh et al.
+    2020)."""
+
+    factor: float = 1.0
+
+    def __call__(self, model, guide) -> torch.optim.Optimizer:
+        variational = list(guide.parameters())
+        ids = {id(p) for p in variational}
+        network = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
+        groups = [{"params": network}, {"params": variational, "lr": self.lr * self.factor}]
+        return make_optimizer([group for group in groups if group["params"]], self.name, self.lr, self.weight_decay)
+
+
+def learning_rate(cfg: RunConfig) -> float:
+    """``--lr``, else its default: :data:`~pyrobnn.cli.options.SPARSE_VD_LR` with the log-uniform prior, else
+    :class:`~pyrobnn.infer.optim.Optim`'s."""
+    if cfg.optim.lr is not None:
+        return cfg.optim.lr
+    return SPARSE_VD_LR if cfg.prior.name == "log-uniform" else Optim.lr

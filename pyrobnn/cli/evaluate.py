@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
-import pyro
 from tyro.conf import arg
 
-from pyrobnn.analysis.shift import evaluate_corruptions, plot_metric_vs_severity
+from pyrobnn.analysis.shift import plot_metric_vs_severity
 from pyrobnn.checks import positive_int
-from pyrobnn.cli.options import MAX_MEMORY_HINT
-from pyrobnn.cli.report import console, draws_shape, metrics_table
-from pyrobnn.cli.runs import augmentation, gigabytes, is_draws, restore, seed_of, test_report
-from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
+from pyrobnn.cli.options import MAX_MEMORY_HINT, CorruptionTypes, OODDataset, Severities
+from pyrobnn.cli.report import console, draws_shape
+from pyrobnn.cli.runs import (
+    MCMC_KIND,
+    check_corruptible,
+    check_severities,
+    corrupted_report,
+    gigabytes,
+    is_draws,
+    load_ood,
+    metrics_tables,
+    restore,
+    seed_of,
+    test_report,
+)
+from pyrobnn.data.corruptions import CIFAR10_C
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.files import check_writable, write_json
 
@@ -42,12 +53,13 @@ class Evaluate:
     """Also draw the reliability diagram into this PNG file."""
     device: Annotated[str, arg(metavar=DEVICE_METAVAR)] = "auto"
     """Where to evaluate (auto: cuda when available)."""
-    corruptions: Annotated[tuple[int, ...], arg(metavar="SEVERITY")] = ()
+    corruptions: Severities = ()
     """Also evaluate the test images corrupted at these severities (1-5), e.g. 3 or 1 2 3 4 5 (image datasets)."""
-    corruption_types: Annotated[tuple[Literal[tuple(CORRUPTIONS)], ...],
-                                arg(help_behavior_hint="(default: the 14 CIFAR-10-C types "
-                                                       "generated in code)")] = CIFAR10_C
+    corruption_types: CorruptionTypes = CIFAR10_C
     """Corruptions to apply."""
+    ood_dataset: OODDataset = None
+    ("Also score how well the epistemic and the total uncertainty tell this dataset's test inputs from the test set"
+     " (AUROC, AUPR, FPR at 95 % TPR; e.g. fashion-mnist for mnist).")
     corruption_plot: Annotated[Optional[Path], arg(metavar="FILE.png", help_behavior_hint="(default: none)")] = None
     """With --corruptions: also plot accuracy against severity into this PNG file."""
     max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
@@ -62,9 +74,7 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     positive_int("--num-samples", args.num_samples)
     if args.test_size is not None:
         positive_int("--test-size", args.test_size)
-    for severity in args.corruptions:
-        if severity not in SEVERITIES:
-            raise ValueError(f"--corruptions takes severities 1 to 5, got {severity}")
+    check_severities(args.corruptions)
     if args.corruption_plot is not None and not args.corruptions:
         raise ValueError("--corruption-plot needs --corruptions SEVERITY ...")
     for flag, path in (("--json", args.json), ("--reliability", args.reliability),
@@ -74,31 +84,28 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     state, cfg, data, model, guide = restore(args.checkpoint, args.data_root, args.device, args.test_size)
     if args.reliability is not None and data.task != "classification":
         raise ValueError(f"--reliability needs a classification dataset; {cfg.data.dataset} is {data.task}")
-    if args.corruptions and (data.task != "classification" or len(data.input_shape) != 3):
-        raise ValueError(f"--corruptions needs an image classification dataset; {cfg.data.dataset} is not one")
-    if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` reported it
-        num_samples, moments, row = len(guide), False, "nuts"
-        title = f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])})"
+    if args.corruptions:
+        check_corruptible(cfg, data)
+    ood = load_ood(args.ood_dataset, cfg, data) if args.ood_dataset is not None else None
+    if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` (or train) reported it
+        num_samples, moments, row = len(guide), False, "nuts" if state["kind"] == MCMC_KIND else state["kind"]
+        title = (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])})" if row == "nuts"
+                 else f"{args.checkpoint} ({row}, {num_samples} draws)")
     else:
         num_samples, moments, row = args.num_samples, cfg.optim.estimator == "vdp", cfg.guide.name
         title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
     seed = seed_of(cfg) if args.seed is None else args.seed
     max_memory = gigabytes(args.max_memory)
     metrics = test_report(model, guide, data, num_samples, seed, args.reliability, moments=moments,
-                          max_memory=max_memory, progress=args.progress)
-    rows, shifted = {row: metrics}, None
+                          max_memory=max_memory, progress=args.progress, ood=ood)
+    shifted = None
     if args.corruptions:
-        aug = augmentation(cfg, data)
-        images = data.x_test if aug is None else aug.denormalize(data.x_test)
-        pyro.set_rng_seed(seed)
-        shifted = evaluate_corruptions(model, guide, images, data.y_test, corruptions=args.corruption_types,
-                                       severities=args.corruptions, num_samples=num_samples,
-                                       transform=None if aug is None else aug.normalize, seed=seed,
-                                       progress=args.progress, max_memory=max_memory)
-        rows[f"{row}, corrupted"] = shifted["mean"]
+        shifted = corrupted_report(model, guide, cfg, data, args.corruptions, args.corruption_types, num_samples,
+                                   seed, max_memory, args.progress)
         if args.corruption_plot is not None:
             plot_metric_vs_severity({row: shifted}, args.corruption_plot, title=f"{args.checkpoint}")
-    console.print(metrics_table(title, rows))
+    for table in metrics_tables(title, row, metrics, None if shifted is None else shifted["mean"]):
+        console.print(table)
     if args.json is not None:
         write_json(args.json, {"test": metrics, "checkpoint": str(args.checkpoint), "num_samples": num_samples,
                                "seed": seed, **({"corrupted": shifted} if shifted is not None else {})})

@@ -32,9 +32,11 @@ from typing import Annotated, Any, Literal, Optional
 
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
+from pyrobnn.cli.methods import METHOD_NAMES
 from pyrobnn.data import DATASETS, TOY_DATASETS, canonical_name
+from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
 from pyrobnn.device import DEVICE_METAVAR
-from pyrobnn.distributions import MIXTURE_KLS
+from pyrobnn.distributions import KL_APPROXIMATIONS, MIXTURE_KLS
 from pyrobnn.guides import GUIDES
 from pyrobnn.guides.base import SHARING
 from pyrobnn.guides.normal import PARAMETERIZATIONS
@@ -48,7 +50,7 @@ from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
 
 __all__ = [
-    "RunConfig", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
+    "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
     "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset",
@@ -66,12 +68,20 @@ API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy"
 _CLI_SPELLING = {api: cli for cli, api in API_SPELLING.items()}
 
 RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out",
-             "--overwrite", "--max-memory")
+             "--overwrite", "--max-memory", "--ood-dataset", "--corruptions", "--corruption-types")
 """Options that may differ between a run and its ``--resume``: none changes what was trained."""
 
 MAX_MEMORY_HINT = "(default: half the free GPU memory, or 2 on a CPU)"
 
-DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH}"
+OODDataset = Annotated[Optional[str], arg(metavar="{" + ",".join(DATASETS) + "}", help_behavior_hint="(default: none)")]
+"""``--ood-dataset`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
+Severities = Annotated[tuple[int, ...], arg(metavar="SEVERITY")]
+"""``--corruptions`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
+CorruptionTypes = Annotated[tuple[Literal[tuple(CORRUPTIONS)], ...],
+                            arg(help_behavior_hint="(default: the 14 CIFAR-10-C types generated in code)")]
+"""``--corruption-types`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
+
+DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH,uci:PATH}"
 MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
 
 
@@ -91,6 +101,13 @@ def _choices(values) -> Any:
 def _default(cls, name: str):
     """The default of ``cls``'s constructor argument ``name``: one place for every default."""
     return inspect.signature(cls).parameters[name].default
+
+
+SPARSE_VD_LR = 3e-3
+"""``--lr``'s default with the log-uniform prior (sparse VD): its multiplicative noise slows learning, and in a budget
+of a few epochs 1e-3 stays short of the dense network (3 epochs of MNIST: 96.4 % at 1e-3, 97.6 % at 3e-3)."""
+
+LR_HINT = f"(default: {SPARSE_VD_LR:g} with the log-uniform prior, else {_default(Optim, 'lr'):g})"
 
 
 def _flat(**kwargs):
@@ -125,6 +142,8 @@ class DataOptions:
     augment: bool = False
     ("Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, "
      "randomly cropped (padding 4) and flipped on the device; test images are normalised alike.")
+    split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: 0)")] = None
+    """UCI data sets (uci-NAME, uci:PATH): which of the fixed train/test splits, 0 to n_splits - 1."""
 
 
 @dataclass
@@ -145,6 +164,9 @@ class ModelOptions:
     bayesian: Annotated[str, arg(metavar="{all,last-layer,none,PATTERNS}")] = "all"
     ("Parameters with priors: all (normalisation layers stay deterministic), last-layer, none (maximum likelihood), or"
      " comma-separated globs over parameter names.")
+    init_from: Annotated[Optional[Path], arg(metavar="CHECKPOINT", help_behavior_hint="(default: none)")] = None
+    ("Start the network from the weights of a deterministic run's checkpoint.pt (pyrobnn train --bayesian none, the "
+     "same --model): the posterior means start at the pre-trained weights.")
 
 
 @dataclass
@@ -189,6 +211,11 @@ class GuideOptions:
     """additive: initial log sigma^2 of every weight."""
     init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
     """multiplicative: initial log alpha."""
+    max_log_alpha: float = _default(GUIDES["multiplicative"], "max_log_alpha")
+    ("multiplicative: upper bound of log alpha (0: alpha <= 1, Kingma et al. 2015; a positive bound needs "
+     "--guide.approximation molchanov).")
+    approximation: _choices(KL_APPROXIMATIONS) = _default(GUIDES["multiplicative"], "approximation")
+    """multiplicative: the KL approximation, Kingma et al. (2015, alpha <= 1) or Molchanov et al. (2017, any alpha)."""
     rate: float = _default(GUIDES["dropout"], "rate")
     ("dropout: probability of dropping each input unit (channel) of every Bayesian layer (train with --estimator "
      "local: one mask per example).")
@@ -248,7 +275,7 @@ class OptimOptions:
     """Passes over the training data."""
     batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
     """Minibatch size B (the likelihood is scaled by N/B)."""
-    lr: Annotated[float, _flat()] = _default(Optim, "lr")
+    lr: Annotated[Optional[float], _flat(metavar="FLOAT", help_behavior_hint=LR_HINT)] = None
     """Learning rate."""
     optimizer: Annotated[_choices(OPTIMIZERS), _flat()] = _default(Optim, "name")
     """Optimiser (sgd with momentum 0.9)."""
@@ -258,6 +285,9 @@ class OptimOptions:
     """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
     lr_gamma: Annotated[float, _flat()] = _default(StepDecay, "gamma")
     """Learning-rate decay factor."""
+    variational_lr_factor: Annotated[float, _flat()] = 1.0
+    ("Learning rate of the guide's parameters, times --lr (the network's point weights keep --lr): the large "
+     "variational rate of implicit BNNs (Trinh et al. 2020); 1: one rate.")
     num_particles: Annotated[int, _flat()] = _default(fit, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
     precision: Annotated[_choices(PRECISIONS), _flat()] = _default(fit, "precision")
@@ -270,6 +300,12 @@ class OptimOptions:
     """Random seed: subsets, weight initialisation, noise, data order, test predictions."""
     device: Annotated[str, _flat(metavar=DEVICE_METAVAR)] = _default(fit, "device")
     """Where to train (auto: cuda when available)."""
+    grid: Annotated[tuple[str, ...], _flat(metavar="{NAME=V1,V2,...,protocol}")] = ()
+    ("Choose hyper-parameters on an 80/20 split of the training set (the test set unseen): train each combination "
+     "on 80 %, keep the one of highest held-out log-likelihood, retrain it on the whole training set. NAME is an "
+     "option without its dashes (guide.rate, likelihood.scale, prior.scale, lr, ...) or tau, the noise precision in "
+     "the target's original units (likelihood.scale = 1 / (sqrt(tau) y_std)); protocol: the data set's own grid "
+     "(UCI: tau_values.txt, and dropout_rates.txt for --guide dropout). metrics.json's selection has every point.")
 
 
 @dataclass
@@ -289,6 +325,27 @@ class OutputOptions:
     """Monte-Carlo samples of the posterior predictive for the test report."""
     max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
     """Memory one prediction pass may hold, in GB: the passes of the test report are sized to fit it."""
+    ood_dataset: OODDataset = None
+    ("Also score how well the epistemic and the total uncertainty tell this dataset's test inputs from the test set"
+     " (AUROC, AUPR, FPR at 95 % TPR; e.g. fashion-mnist for mnist): metrics.json's test.ood.")
+    corruptions: Severities = ()
+    ("Also evaluate the test images corrupted at these severities (1-5), e.g. 3 or 1 2 3 4 5 (image datasets): "
+     "metrics.json's test.corrupted.")
+    corruption_types: CorruptionTypes = CIFAR10_C
+    """Corruptions to apply with --corruptions."""
+
+
+@dataclass
+class PosteriorOptions:
+    """Posteriors made of point estimates: a deep ensemble, or the Laplace approximation of the MAP fit (--guide point;
+    draws.pt holds the draws, which the test report and pyrobnn evaluate use)."""
+
+    ensemble: Annotated[int, arg(metavar="M")] = 0
+    ("Train M members, each from its own initialisation and data order (seeds seed..seed+M-1; checkpoint.pt is member"
+     " 0), and predict with their uniform mixture (deep ensembles, Lakshminarayanan et al. 2017; 0: one fit).")
+    laplace: bool = False
+    ("After the MAP fit, the last layer's Kronecker-factored Laplace approximation (laplace-torch), its prior "
+     "precision tuned by the marginal likelihood; --num-samples draws of the last layer.")
 
 
 class _Config:
@@ -314,7 +371,11 @@ class _Config:
 
     def flags(self) -> dict[str, Any]:
         """``{command-line flag: value}`` of every option (``--lr``, ``--prior.scale``, ...)."""
-        return dict(_flags(self))
+        return {name: getattr(group, field_name) for name, group, field_name in _fields(self)}
+
+    def fields(self) -> dict[str, tuple[Any, str]]:
+        """``{command-line flag: (the option group holding it, its field name)}``: where each option is set."""
+        return {name: (group, field_name) for name, group, field_name in _fields(self)}
 
 
 @dataclass
@@ -322,12 +383,17 @@ class RunConfig(_Config):
     """Train a Bayesian neural network by SVI on the annealed ELBO; write checkpoint.pt, metrics.json and
     reliability.png to --out."""
 
+    method: Annotated[Optional[str], arg(metavar="{" + ",".join(METHOD_NAMES) + "}",
+                                         help_behavior_hint="(default: none)")] = None
+    ("A method by name (pyrobnn.cli.methods.METHODS): its prior, guide, estimator, beta schedule and its paper's "
+     "settings, as options placed before yours, which win.")
     data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
     model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
     prior: PriorOptions = field(default_factory=PriorOptions)
     guide: GuideOptions = field(default_factory=GuideOptions)
     likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
     optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
+    posterior: OmitArgPrefixes[PosteriorOptions] = field(default_factory=PosteriorOptions)
     output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
 
 
@@ -369,6 +435,7 @@ class ToyDataOptions(DataOptions):
     """Generate this many test points."""
     val_size: Suppress[int] = 0  # NUTS samples on every training point
     augment: Suppress[bool] = False  # toy problems are not images
+    split: Suppress[Optional[int]] = None  # toy problems are generated, not split
 
 
 @dataclass
@@ -381,6 +448,7 @@ class MCMCModelOptions(ModelOptions):
     hidden: tuple[int, ...] = (16,)
     """Hidden widths of the mlp, e.g. 16 16."""
     dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
+    init_from: Suppress[Optional[Path]] = None  # NUTS samples the weights; it starts from the seeded initial values
 
 
 @dataclass
@@ -481,14 +549,14 @@ def flag(group: str, field_name: str, prefixed: bool) -> str:
     return f"--{group}.{name}" if prefixed else f"--{name}"
 
 
-def _flags(options, group: str = ""):
-    """``(flag, value)`` pairs; groups with a ``name`` field other than the model (a choice with
-    its own options: prior, guide, likelihood, beta) prefix their options' flags with the group."""
+def _fields(options, group: str = ""):
+    """``(flag, option group, field name)`` triples; groups with a ``name`` field other than the model (a choice
+    with its own options: prior, guide, likelihood, beta) prefix their options' flags with the group."""
     names = [f.name for f in dataclasses.fields(options)]
     prefixed = "name" in names and not isinstance(options, ModelOptions)
     for name in names:
         value = getattr(options, name)
         if dataclasses.is_dataclass(value):
-            yield from _flags(value, name)
+            yield from _fields(value, name)
         else:
-            yield flag(group, name, prefixed), value
+            yield flag(group, name, prefixed), options, name

@@ -86,9 +86,11 @@ def epoch_line(record: dict, epochs: int) -> str:
 
 
 def metrics_table(title: str, rows: dict[str, dict[str, float]]) -> Table:
-    """A rich table with one row per run and one column per metric."""
+    """A rich table with one row per run and one column per metric (entries that are no number, such as the
+    reliability bins or the out-of-distribution metrics of a test report, are left out)."""
     table = Table(title=title)
-    columns = list(dict.fromkeys(k for metrics in rows.values() for k in metrics))
+    columns = list(dict.fromkeys(k for metrics in rows.values() for k, v in metrics.items()
+                                 if isinstance(v, (int, float)) and not isinstance(v, bool)))
     table.add_column("run")
     for column in columns:
         table.add_column(column, justify="right")

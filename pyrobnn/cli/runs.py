@@ -11,23 +11,35 @@ import pyro
 import torch
 
 from pyrobnn.analysis.evaluate import evaluate as evaluate_posterior
-from pyrobnn.analysis.metrics import classification_metrics, reliability_diagram
-from pyrobnn.checkpoint import load_checkpoint
+from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliability_diagram
+from pyrobnn.analysis.shift import evaluate_corruptions
+from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive
-from pyrobnn.cli.build import build, build_network
+from pyrobnn.cli.build import beta_schedule, build, build_network, make_optimizer_factory
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
-from pyrobnn.cli.report import shown
-from pyrobnn.data import load_dataset
+from pyrobnn.cli.report import metrics_table, shown
+from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
+from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.mcmc import MCMCResult
 from pyrobnn.infer.predict import predict, predict_moments
 
-__all__ = ["MCMC_KIND", "seed_of", "augmentation", "load_data", "test_report", "load_states", "is_draws",
-           "stored_config", "check_resume", "posterior_draws", "restore"]
+__all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "DRAWS_KINDS", "save_draws",
+           "seed_of", "augmentation", "load_data", "load_ood", "test_report", "check_severities",
+           "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws", "stored_config",
+           "check_resume", "posterior_draws", "restore", "fit_options"]
 
 MCMC_KIND = "mcmc"
 """The ``"kind"`` entry of a ``draws.pt`` written by ``pyrobnn mcmc``."""
+
+ENSEMBLE_KIND, LAPLACE_KIND = "ensemble", "laplace"
+"""The ``"kind"`` entries of the ``draws.pt`` of ``pyrobnn train --ensemble M`` and ``--laplace``."""
+
+DRAWS_KINDS = {MCMC_KIND: "NUTS draws written by `pyrobnn mcmc`",
+               ENSEMBLE_KIND: "the members of a deep ensemble written by `pyrobnn train --ensemble`",
+               LAPLACE_KIND: "Laplace draws written by `pyrobnn train --laplace`"}
+"""Every kind of draws file (an empirical posterior ``{site: (chains, samples, ...)}``) -> what it holds."""
 
 
 def seed_of(cfg) -> int:
@@ -47,18 +59,51 @@ def augmentation(cfg, data) -> Optional[ImageAugment]:
     return ImageAugment.for_dataset(data.name, crop_padding=4 if cifar else 0, flip=cifar)
 
 
-def load_data(cfg):
-    """The run's dataset; with ``--augment`` the training images stay uint8 (turned into normalised, augmented
-    batches by :func:`augmentation`) and the validation and test images are normalised."""
+def load_data(cfg, validation: bool = False):
+    """The run's dataset (``validation``: its training set's 80/20 split as train and test, see
+    :func:`~pyrobnn.data.load_dataset`); with ``--augment`` the training images stay uint8 (turned into
+    normalised, augmented batches by :func:`augmentation`) and the validation and test images are normalised."""
     augment = cfg.data.augment
     data = load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
                         test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=seed_of(cfg),
-                        dtype=torch.uint8 if augment else torch.float32)
+                        dtype=torch.uint8 if augment else torch.float32, split=cfg.data.split,
+                        validation=validation)
     aug = augmentation(cfg, data)
     if aug is None:
         return data
     normal = {k: None if v is None else aug.normalize(v) for k, v in (("x_val", data.x_val), ("x_test", data.x_test))}
     return dataclasses.replace(data, **normal)
+
+
+def fit_options(cfg: RunConfig) -> dict:
+    """The arguments of :func:`~pyrobnn.infer.svi.fit` that the run's optimisation options set: epochs, batch size,
+    optimiser, β schedule, particles, estimator, seed and precision."""
+    opt = cfg.optim
+    return dict(epochs=opt.epochs, batch_size=opt.batch_size, optimizer=make_optimizer_factory(cfg),
+                beta=beta_schedule(cfg), num_particles=opt.num_particles, estimator=opt.estimator, seed=opt.seed,
+                precision=opt.precision)
+
+
+def load_ood(name: str, cfg, data):
+    """The dataset ``name`` (``--ood-dataset``) as out-of-distribution inputs of the run ``cfg`` on ``data``: its
+    test split (a seeded subset of ``--test-size`` examples when the run has one), normalised as the run's test
+    images. Raises a ``ValueError`` naming ``--ood-dataset`` unless it is another dataset of the same input shape
+    as the run's classification dataset (fashion-mnist for mnist)."""
+    if data.task != "classification":
+        raise ValueError(f"--ood-dataset needs a classification dataset; {cfg.data.dataset} is {data.task}")
+    if isinstance(name, str) and canonical_name(name) == data.name:
+        raise ValueError(f"--ood-dataset {name} is the dataset the run is tested on: name another dataset of the "
+                         "same input shape (e.g. fashion-mnist for mnist)")
+    try:
+        ood = load_dataset(name, cfg.data.data_root, train_size=1, test_size=cfg.data.test_size, seed=seed_of(cfg))
+    except ValueError as error:
+        raise ValueError(f"--ood-dataset {name}: {one_line(error)}") from None
+    if ood.input_shape != data.input_shape:
+        raise ValueError(f"--ood-dataset {name} has inputs of shape {ood.input_shape}, the network of "
+                         f"{cfg.data.dataset} takes {data.input_shape}: name a dataset of the same shape (e.g. "
+                         "fashion-mnist for mnist)")
+    aug = augmentation(cfg, data)
+    return ood if aug is None else dataclasses.replace(ood, x_test=aug.normalize(ood.x_test))
 
 
 def gigabytes(value: Optional[float]) -> Optional[int]:
@@ -67,20 +112,72 @@ def gigabytes(value: Optional[float]) -> Optional[int]:
 
 
 def test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
-                moments: bool = False, max_memory: Optional[int] = None, progress: bool = False) -> dict[str, float]:
+                moments: bool = False, max_memory: Optional[int] = None, progress: bool = False,
+                ood=None) -> dict:
     """Test metrics of the posterior predictive, drawn after ``pyro.set_rng_seed(seed)``; the
     reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given. Each pass holds
-    at most ``max_memory`` bytes (:func:`~pyrobnn.infer.predict.predictive_outputs`)."""
+    at most ``max_memory`` bytes (:func:`~pyrobnn.infer.predict.predictive_outputs`). A classifier's report is
+    :func:`~pyrobnn.analysis.metrics.classification_report` (with the reliability bins and the uncertainty split);
+    with ``ood`` (:func:`load_ood`), whose test inputs are predicted after the test set, also ``"ood"``: the
+    dataset's name and :func:`~pyrobnn.analysis.metrics.ood_metrics`."""
     pyro.set_rng_seed(seed)
     options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress)
-    if data.task != "classification":
-        return evaluate_posterior(model, guide, data.x_test, data.y_test, moments=moments, **options)
-    probs = (predict_moments(model, guide, data.x_test) if moments
-             else predict(model, guide, data.x_test, **options))["probs"]
+    if data.task != "classification":  # in the target's original units where the loader standardised it
+        target_scale = None if data.y_std is None else (data.y_mean, data.y_std)
+        return evaluate_posterior(model, guide, data.x_test, data.y_test, moments=moments, target_scale=target_scale,
+                                  **options)
+
+    def predicted(x):
+        return predict_moments(model, guide, x) if moments else predict(model, guide, x, **options)
+
+    pred = predicted(data.x_test)
     if reliability is not None:
-        reliability_diagram(probs.cpu(), data.y_test, reliability,
+        reliability_diagram(pred["probs"].cpu(), data.y_test, reliability,
                             title=f"{data.name}: {len(data.y_test)} test examples, {num_samples} samples")
-    return classification_metrics(probs, data.y_test.to(probs.device))
+    report = classification_report(pred, data.y_test)
+    if ood is not None:
+        report["ood"] = {"dataset": ood.name, **ood_metrics(pred, predicted(ood.x_test))}
+    return report
+
+
+def check_severities(severities) -> None:
+    """Refuse a ``--corruptions`` severity outside 1..5."""
+    for severity in severities:
+        if severity not in SEVERITIES:
+            raise ValueError(f"--corruptions takes severities 1 to 5, got {severity}")
+
+
+def check_corruptible(cfg, data) -> None:
+    """Refuse ``--corruptions`` on anything but an image classification dataset."""
+    if data.task != "classification" or len(data.input_shape) != 3:
+        raise ValueError(f"--corruptions needs an image classification dataset; {cfg.data.dataset} is not one")
+
+
+def corrupted_report(model, guide, cfg, data, severities, corruptions, num_samples: int, seed: int,
+                     max_memory: Optional[int] = None, progress: bool = False) -> dict:
+    """:func:`~pyrobnn.analysis.shift.evaluate_corruptions` of the test images (the images in [0, 1]: the
+    normalisation of ``--augment`` is undone before corrupting and applied to every corrupted batch), drawn after
+    ``pyro.set_rng_seed(seed)``."""
+    check_corruptible(cfg, data)
+    aug = augmentation(cfg, data)
+    images = data.x_test if aug is None else aug.denormalize(data.x_test)
+    pyro.set_rng_seed(seed)
+    return evaluate_corruptions(model, guide, images, data.y_test, corruptions=corruptions, severities=severities,
+                                num_samples=num_samples, transform=None if aug is None else aug.normalize,
+                                seed=seed, progress=progress, max_memory=max_memory)
+
+
+def metrics_tables(title: str, row: str, metrics: dict, corrupted: Optional[dict] = None) -> list:
+    """The rich tables of a test report: its scalar metrics in row ``row`` (and ``corrupted``, the mean over the
+    corrupted test sets, in a second row), then its out-of-distribution metrics when it has them."""
+    rows = {row: metrics}
+    if corrupted is not None:
+        rows[f"{row}, corrupted"] = corrupted
+    tables = [metrics_table(title, rows)]
+    if "ood" in metrics:
+        tables.append(metrics_table(f"out of distribution: {metrics['ood']['dataset']} (the positive class)",
+                                    {row: metrics["ood"]}))
+    return tables
 
 
 def training_accuracy(model, guide, data, transform=None, moments: bool = False,
@@ -108,8 +205,18 @@ def load_states(path: Path, state: dict, model, guide) -> None:
 
 
 def is_draws(state: dict) -> bool:
-    """Whether a loaded checkpoint is the ``draws.pt`` of ``pyrobnn mcmc``."""
-    return state.get("kind") == MCMC_KIND
+    """Whether a loaded checkpoint is a ``draws.pt`` (:data:`DRAWS_KINDS`: NUTS, a deep ensemble, Laplace)."""
+    return state.get("kind") in DRAWS_KINDS
+
+
+def save_draws(path: Path, kind: str, cfg, model, draws: dict[str, torch.Tensor], **extra) -> None:
+    """Write the ``draws.pt`` of kind ``kind`` that :func:`restore` reads back: the run's configuration, the model's
+    deterministic state and ``draws`` ``{site: (chains, samples, ...)}`` (``(1, 1, ...)``: a site held at one
+    value in every draw), with ``extra`` entries."""
+    save_checkpoint(path, {
+        "kind": kind, "config": cfg.to_dict(), "model": model.state_dict(),
+        "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; draws have neither guide nor epochs
+        "draws": {name: value.detach().cpu().contiguous() for name, value in draws.items()}, **extra})
 
 
 def stored_config(path: Path, state: dict):
@@ -117,7 +224,7 @@ def stored_config(path: Path, state: dict):
     if not state.get("config"):
         raise ValueError(f"checkpoint {path} stores no run configuration (it was not written by `pyrobnn train`)")
     try:
-        return (MCMCConfig if is_draws(state) else RunConfig).from_dict(state["config"])
+        return (MCMCConfig if state.get("kind") == MCMC_KIND else RunConfig).from_dict(state["config"])
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: {error}") from None
 
@@ -144,7 +251,7 @@ def posterior_draws(path: Path, state: dict, model):
                          "written by `pyrobnn mcmc`)")
     sites = {site.name: tuple(site.shape) for site in model.sites()}
     stored = {name: tuple(value.shape[2:]) for name, value in draws.items()}
-    if stored != sites or len({tuple(value.shape[:2]) for value in draws.values()}) != 1:
+    if stored != sites or len({tuple(value.shape[:2]) for value in draws.values()} - {(1, 1)}) > 1:
         raise ValueError(f"checkpoint {path}: its draws {stored} do not fit the model built from its configuration "
                          f"{sites} (another network or sizes?)")
     try:
@@ -162,8 +269,8 @@ def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size:
     ``draws.pt`` of ``pyrobnn mcmc`` is its empirical posterior; ``draws=False`` refuses such a file."""
     state = load_checkpoint(checkpoint)
     if is_draws(state) and not draws:
-        raise ValueError(f"checkpoint {checkpoint} holds NUTS draws written by `pyrobnn mcmc`, not a variational "
-                         "posterior from `pyrobnn train` (evaluate it with `pyrobnn evaluate`)")
+        raise ValueError(f"checkpoint {checkpoint} holds {DRAWS_KINDS[state['kind']]}, not a variational "
+                         "posterior's checkpoint.pt (evaluate it with `pyrobnn evaluate`)")
     cfg = stored_config(checkpoint, state)
     if data_root is not None:
         cfg.data.data_root = data_root

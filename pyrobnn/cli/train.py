@@ -9,21 +9,28 @@ import pyro
 from pyrobnn.analysis.evaluate import Validation
 from pyrobnn.analysis.prune import principled_masks, record_sparsity
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.cli.build import beta_schedule, build, check_run, make_optimizer_factory
+from pyrobnn.cli.build import beta_schedule, build, check_run
+from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
-from pyrobnn.cli.report import console, epoch_line, metrics_table, percent, say, warn
+from pyrobnn.cli.posteriors import empirical_posterior, trainer
+from pyrobnn.cli.report import console, epoch_line, percent, say, warn
 from pyrobnn.cli.runs import (
     augmentation,
+    check_corruptible,
     check_resume,
+    check_severities,
+    corrupted_report,
+    fit_options,
     gigabytes,
     load_data,
+    load_ood,
     load_states,
+    metrics_tables,
     test_report,
     training_accuracy,
 )
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
-from pyrobnn.infer.svi import fit
 
 __all__ = ["train"]
 
@@ -45,6 +52,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     the options, ``--out``, the device and, with ``--resume``, the checkpoint and its options.
     """
     check_run(cfg)
+    check_severities(cfg.output.corruptions)
     out = Path(cfg.output.out)
     check_writable(out, "--out", directory=True)
     device = resolve_device(cfg.optim.device)
@@ -57,8 +65,12 @@ def train(cfg: RunConfig) -> dict[str, float]:
     if cfg.output.resume and checkpoint.exists():
         resumed = load_checkpoint(checkpoint)
         check_resume(cfg, checkpoint, resumed)
-    schedule = beta_schedule(cfg)
     data = load_data(cfg)
+    cfg, selection = select_hyperparameters(cfg, data)  # --grid: chosen on the training set's 80/20 split
+    schedule = beta_schedule(cfg)
+    ood = load_ood(cfg.output.ood_dataset, cfg, data) if cfg.output.ood_dataset is not None else None
+    if cfg.output.corruptions:
+        check_corruptible(cfg, data)
     pyro.set_rng_seed(cfg.optim.seed)  # weight initialisation
     model, guide = build(cfg, data)
     if resumed is not None:
@@ -74,15 +86,15 @@ def train(cfg: RunConfig) -> dict[str, float]:
     callbacks.append(lambda epoch, record: say(epoch_line(record, cfg.optim.epochs)))
     opt = cfg.optim
     transform = augmentation(cfg, data)
-    history = fit(
-        model, guide, data.x_train, data.y_train, epochs=opt.epochs, batch_size=opt.batch_size,
-        optimizer=make_optimizer_factory(cfg), beta=schedule, num_particles=opt.num_particles,
-        estimator=opt.estimator, seed=opt.seed, device=device, checkpoint=checkpoint, resume=cfg.output.resume,
-        config=cfg.to_dict(), progress=cfg.output.progress, on_epoch_end=callbacks, transform=transform,
-        precision=opt.precision,
+    history = trainer(cfg, data)(
+        model, guide, data.x_train, data.y_train, **fit_options(cfg), device=device, checkpoint=checkpoint,
+        resume=cfg.output.resume, config=cfg.to_dict(), progress=cfg.output.progress, on_epoch_end=callbacks,
+        transform=transform,
     )
     report = {"history": history.epochs, "config": cfg.to_dict(),
               "train_peak_memory_gb": process_peak_bytes(device) / 1e9}
+    if selection is not None:
+        report["selection"] = selection
     write_json(out / "metrics.json", report)  # the training run is kept whatever the test report meets
     classification = data.task == "classification"
     moments, max_memory = opt.estimator == "vdp", gigabytes(cfg.output.max_memory)
@@ -94,12 +106,25 @@ def train(cfg: RunConfig) -> dict[str, float]:
                 f"training accuracy {percent(report['train_accuracy'])} is at chance ({percent(chance)}, the "
                 "majority class): the model learned nothing; the KL may dominate the likelihood (warm it up: "
                 "--beta auto or linear with --beta.anneal), or lower --lr")
-    metrics = test_report(model, guide, data, cfg.output.num_samples, opt.seed,
+    # --ensemble, --laplace: the draws (draws.pt) replace the point fit, whose training accuracy is the one above
+    posterior = empirical_posterior(cfg, history, model, guide, data, out)
+    guide, num_samples = posterior.guide, posterior.num_samples
+    report.update(posterior.report)
+    metrics = test_report(model, guide, data, num_samples, opt.seed,
                           out / "reliability.png" if classification else None, moments=moments,
-                          max_memory=max_memory, progress=cfg.output.progress)
+                          max_memory=max_memory, progress=cfg.output.progress, ood=ood)
+    corrupted = None
+    if cfg.output.corruptions:  # the means over the corruptions in the test report, each corruption beside it
+        shifted = corrupted_report(model, guide, cfg, data, cfg.output.corruptions, cfg.output.corruption_types,
+                                   num_samples, opt.seed, max_memory, cfg.output.progress)
+        corrupted = shifted["mean"]
+        metrics["corrupted"] = {"mean": corrupted, "severities": shifted["severities"]}
+        report["corruptions"] = shifted["corruptions"]
     report.update(test=metrics, peak_memory_gb=process_peak_bytes(device) / 1e9, warnings=warnings)
     write_json(out / "metrics.json", report)
-    console.print(metrics_table(f"test metrics ({cfg.output.num_samples} samples)", {cfg.guide.name: metrics}))
+    for table in metrics_tables(f"test metrics ({num_samples} samples)", posterior.name, metrics,
+                                corrupted):
+        console.print(table)
     for warning in warnings:
         warn(warning)
     say(f"peak memory {report['peak_memory_gb']:.2f} GB; wrote {out}/checkpoint.pt, metrics.json"

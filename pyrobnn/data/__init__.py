@@ -8,7 +8,7 @@ float32 of shape ``(N, D)``.
 
 :func:`load_dataset` looks a name up in :data:`DATASETS` (one loader per
 name; its keys are the names a CLI can offer) or loads ``"folder:<path>"``, any ImageFolder
-tree with ``train/`` and ``test/``.
+tree with ``train/`` and ``test/``, or ``"uci:<path>"``, any folder in the UCI regression layout.
 
 Modules
 -------
@@ -34,10 +34,13 @@ Modules
   code, and paper 004's blend and salt-and-pepper (applied at evaluation time:
   :func:`pyrobnn.analysis.shift.evaluate_corruptions`).
 * :mod:`~pyrobnn.data.text` -- IMDB reviews, tokenised (the ``text`` extra).
+* :mod:`~pyrobnn.data.uci` -- the UCI regression benchmark (``uci-boston``, ... or ``"uci:<path>"``), its 20 fixed
+  splits (``split=``) and protocol, standardised on the training rows.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Protocol
 
@@ -57,9 +60,10 @@ from pyrobnn.data.images import (
     load_mnist,
 )
 from pyrobnn.data.sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
-from pyrobnn.data.splits import DataSplits, make_splits
+from pyrobnn.data.splits import DataSplits, holdout_splits, make_splits
 from pyrobnn.data.text import load_imdb
 from pyrobnn.data.toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
+from pyrobnn.data.uci import UCI_FOLDERS, UCIProtocol, load_uci, read_protocol, uci_folder
 
 __all__ = [
     "CACHE_ENV",
@@ -67,6 +71,7 @@ __all__ = [
     "CORRUPTIONS",
     "DATASETS",
     "TOY_DATASETS",
+    "UCI_DATASETS",
     "DATA_ENV",
     "FASHION_MNIST_CLASSES",
     "MNIST_CLASSES",
@@ -85,6 +90,7 @@ __all__ = [
     "read_idx",
     "sinusoid",
     "two_moons",
+    "uci_protocol",
 ]
 
 
@@ -104,17 +110,23 @@ DATASETS: dict[str, Loader] = {
     "cubic": load_cubic,
     "sinusoid": load_sinusoid,
     "imdb": load_imdb,
+    **{f"uci-{short}": functools.partial(load_uci, short) for short in UCI_FOLDERS},
 }
-"""Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"``)."""
+"""Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"`` and
+``"uci:<path>"``); the UCI loaders also take ``split`` and ``validation`` (:func:`~pyrobnn.data.uci.load_uci`)."""
 
 TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
 """The datasets generated in code (small, for full-batch NUTS and quick checks)."""
+
+UCI_DATASETS = tuple(f"uci-{short}" for short in UCI_FOLDERS)
+"""The UCI regression data sets by name (:mod:`~pyrobnn.data.uci`; any folder in their layout is ``"uci:<path>"``)."""
 
 _NOT_IMAGES = (*TOY_DATASETS, "imdb")
 """The datasets that are not images (no image ``dtype``)."""
 
 _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": "two-moons",
-            "moons": "two-moons"}
+            "moons": "two-moons",
+            **{f"uci-{folder.lower()}": f"uci-{short}" for short, folder in UCI_FOLDERS.items() if folder != short}}
 """Other spellings accepted, after lower-casing and turning ``_`` into ``-``."""
 
 
@@ -126,29 +138,63 @@ def canonical_name(name: str) -> str:
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size: int | None = None,
                  test_size: int | None = None, val_size: int = 0, seed: int = 0,
-                 download: bool = True, dtype: torch.dtype = torch.float32) -> DataSplits:
-    """Load a dataset by name (see :data:`DATASETS`, or ``"folder:<path>"``) as in-memory tensors.
+                 download: bool = True, dtype: torch.dtype = torch.float32, split: int | None = None,
+                 validation: bool = False) -> DataSplits:
+    """Load a dataset by name (see :data:`DATASETS`, ``"folder:<path>"`` or ``"uci:<path>"``) as in-memory tensors.
 
     ``train_size`` / ``test_size`` pick a seeded random subset (order kept);
     ``val_size`` examples are then split off the training set. For the
     synthetic datasets ``train_size`` / ``test_size`` set how many points are
     generated (defaults: see :mod:`~pyrobnn.data.toys`). Image sets take ``dtype=torch.uint8``
     (the stored bytes, for :class:`~pyrobnn.data.augment.ImageAugment`); the default is float32 in [0, 1].
+    ``split`` picks one of a UCI data set's fixed train/test splits (default 0; :mod:`~pyrobnn.data.uci`).
+    ``validation=True`` returns the training set's 80/20 split as train and test, for choosing hyper-parameters
+    (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is then not read).
     """
     if not isinstance(name, str):
-        raise ValueError(f"dataset must be a string, one of {list(DATASETS)} or 'folder:<path>'; got {name!r}")
-    split = dict(train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
+        raise ValueError(f"dataset must be a string, one of {list(DATASETS)}, 'folder:<path>' or 'uci:<path>'; "
+                         f"got {name!r}")
+    sizes = dict(train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
+    key = canonical_name(name)
+    uci = _uci_name(name)
+    if split is not None and uci is None:
+        raise ValueError(f"split applies to the UCI data sets ({', '.join(UCI_DATASETS)} or 'uci:<path>'), "
+                         f"not to {name!r}")
+    if dtype != torch.float32 and (uci is not None or key in _NOT_IMAGES):
+        raise ValueError(f"dtype applies to image datasets, not to {key!r}")
+    if uci is not None:
+        return load_uci(uci, root, download, split=0 if split is None else split, validation=validation, **sizes)
     if dtype != torch.float32:
-        split["dtype"] = dtype
+        sizes["dtype"] = dtype
     if name.startswith("folder:"):
         path = name[len("folder:"):]
         if not path:
             raise ValueError("dataset 'folder:' needs a path, e.g. 'folder:/data/my-images'")
-        return load_folder(path, **split)
-    key = canonical_name(name)
-    if key not in DATASETS:
+        data = load_folder(path, **sizes)
+    elif key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: dataset must be one of "
-                         f"{list(DATASETS)} or 'folder:<path>'")
-    if "dtype" in split and key in _NOT_IMAGES:
-        raise ValueError(f"dtype applies to image datasets, not to {key!r}")
-    return DATASETS[key](root, download, **split)
+                         f"{list(DATASETS)}, 'folder:<path>' or 'uci:<path>'")
+    else:
+        data = DATASETS[key](root, download, **sizes)
+    return holdout_splits(data) if validation else data
+
+
+def _uci_name(name: str) -> str | None:
+    """What :func:`~pyrobnn.data.uci.load_uci` takes for dataset ``name`` (``uci-boston`` -> ``boston``,
+    ``uci:<path>`` -> the path), or None for a dataset that is not a UCI one."""
+    if name.startswith("uci:"):
+        if not name[len("uci:"):]:
+            raise ValueError("dataset 'uci:' needs a folder or a name, e.g. 'uci:/data/kin8nm' or 'uci:boston'")
+        return name[len("uci:"):]
+    key = canonical_name(name)
+    return key[len("uci-"):] if key in UCI_DATASETS else None
+
+
+def uci_protocol(name: str, root: str | os.PathLike | None = None, download: bool = True) -> UCIProtocol:
+    """The protocol files of UCI data set ``name`` (network, epochs, hyper-parameter grid:
+    :class:`~pyrobnn.data.uci.UCIProtocol`); a ``ValueError`` for a dataset that has none."""
+    uci = _uci_name(name) if isinstance(name, str) else None
+    if uci is None:
+        raise ValueError(f"dataset {name!r} has no protocol files: the UCI data sets ({', '.join(UCI_DATASETS)} or "
+                         "'uci:<path>') do")
+    return read_protocol(uci_folder(uci, root, download))

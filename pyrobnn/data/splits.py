@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +25,8 @@ class DataSplits:
     task: str  # "classification" | "regression"
     name: str
     classes: tuple[str, ...] | None = None  # class names in label order, if known
+    y_mean: torch.Tensor | None = None  # standardised targets: original = y_mean + y_std * y (the training set's)
+    y_std: torch.Tensor | None = None
 
 
 def check_size(arg: str, value: int | None, low: int, high: int | None) -> None:
@@ -42,6 +45,28 @@ def _subset_index(n: int, size: int | None, seed: int, stream: int, arg: str) ->
     check_size(arg, size, 1, n)
     g = torch.Generator().manual_seed(2 * seed + stream)
     return torch.randperm(n, generator=g)[:size].sort().values
+
+
+HOLDOUT_FRACTION = 0.2
+"""The share of a training set held out to choose hyper-parameters (the UCI protocol's 80/20 split)."""
+
+
+def holdout(x: torch.Tensor, y: torch.Tensor, fraction: float = HOLDOUT_FRACTION
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_fit, y_fit, x_held, y_held)``: the first ``int((1 - fraction) N)`` rows to fit, the rest held out
+    (the order of Gal's UCI ``experiment.py``: the rows are already in random order)."""
+    keep = int((1 - fraction) * len(x))
+    if not 0 < keep < len(x):
+        raise ValueError(f"holding out {fraction:g} of {len(x)} examples leaves {keep} to fit and {len(x) - keep} "
+                         "held out: both need at least one")
+    return x[:keep], y[:keep], x[keep:], y[keep:]
+
+
+def holdout_splits(data: DataSplits, fraction: float = HOLDOUT_FRACTION) -> DataSplits:
+    """``data`` with its training set split by :func:`holdout`: fit on the first part, test on the held-out rest
+    (its own test set dropped)."""
+    x_fit, y_fit, x_held, y_held = holdout(data.x_train, data.y_train, fraction)
+    return dataclasses.replace(data, x_train=x_fit, y_train=y_fit, x_test=x_held, y_test=y_held)
 
 
 def make_splits(x_train, y_train, x_test, y_test, *, name: str, task: str, num_outputs: int,

@@ -36,6 +36,32 @@ from pyrobnn.model.param_store import claim
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
 
+
+class _FlatView(torch.autograd.Function):
+    """The parameters of one role of a guide, which are views of one flat storage, as that flat tensor: one
+    differentiable tensor over every site, whose gradient reaches each site's parameter as a slice (no copy)."""
+
+    @staticmethod
+    def forward(ctx, flat, *params):
+        ctx.shapes = [p.shape for p in params]
+        return flat.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        pieces = grad.split([shape.numel() for shape in ctx.shapes])
+        return (None, *(g if g.shape == s else g.view(s) for g, s in zip(pieces, ctx.shapes)))
+
+
+def _aliases(flat: torch.Tensor, params: list[torch.Tensor]) -> bool:
+    """Whether ``params`` are, in order, contiguous consecutive slices of the storage of ``flat``."""
+    start, itemsize, offset = flat.data_ptr(), flat.element_size(), 0
+    for p in params:
+        if p.device != flat.device or p.dtype != flat.dtype or not p.is_contiguous() \
+                or p.data_ptr() != start + offset * itemsize:
+            return False
+        offset += p.numel()
+    return offset == flat.numel()
+
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
 
 SHARING = ("weight", "row", "layer")
@@ -149,6 +175,32 @@ class SiteGuide(PyroModule):
         return {name: self.posterior(name).mean.detach() for name in self.site_names}
 
     # -- shared mechanism -----------------------------------------------------------
+    def flat(self, role: str) -> tuple[torch.Tensor, list[torch.Size]] | None:
+        """The variational parameters ``role`` of every site as one differentiable flat tensor (site order), and
+        their shapes; None when they cannot share one storage (sites on several devices or dtypes).
+
+        Each site's parameter stays its own ``nn.Parameter`` in Pyro's param store (read here through it, so SVI
+        and ``pyro.optim`` see it), but its data is a slice of one flat storage per role, made on first use and
+        again whenever something replaced it (``.to(device)``): so an elementwise function of all the weights
+        (noise, :math:`\\sigma`, a KL) is one operation over the flat tensor, and its gradient reaches the sites'
+        parameters as views."""
+        params = [self.param(name, role) for name in self.site_names]
+        if not all(isinstance(p, torch.nn.Parameter) for p in params):  # a constrained parameter: no flat view
+            return None
+        storage = self.__dict__.setdefault("_flat_storage", {})
+        flat = storage.get(role)
+        if flat is None or not _aliases(flat, params):
+            if len({(p.device, p.dtype) for p in params}) != 1:
+                return None
+            with torch.no_grad():
+                flat = torch.cat([p.detach().reshape(-1) for p in params])
+                offset = 0
+                for p in params:
+                    p.data = flat[offset: offset + p.numel()].view(p.shape)
+                    offset += p.numel()
+            storage[role] = flat
+        return _FlatView.apply(flat, *params), [p.shape for p in params]
+
     def add_param(self, site: Site | str, role: str, value: torch.Tensor) -> None:
         """Create the variational parameter ``role`` (e.g. ``"locs"``) of ``site``, initialised to ``value``:
         a :class:`~pyro.nn.PyroParam` named ``<guide name>.<role>.<site name>`` in Pyro's param store."""

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
+import pyro
 import pyro.distributions as dist
 import torch
+from torch.distributions import Independent, kl_divergence
 
 from pyrobnn.checks import choice, finite
+from pyrobnn.distributions import IsotropicNormal, ScaleMixtureNormal
 from pyrobnn.guides.base import SHARING, InitLoc, SiteGuide, shared_shape
 
-__all__ = ["NormalGuide", "PARAMETERIZATIONS"]
+__all__ = ["NormalGuide", "PARAMETERIZATIONS", "JointNormal"]
 
 
 class _Softplus(torch.autograd.Function):
@@ -29,6 +34,105 @@ class _Softplus(torch.autograd.Function):
 def softplus(rho: torch.Tensor) -> torch.Tensor:
     r""":math:`\sigma = \log(1 + e^{\rho})`, the positive scale of Bayes by Backprop."""
     return _Softplus.apply(rho)
+
+
+def _split(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
+    """``flat`` cut into consecutive views of ``shapes``."""
+    return [piece if piece.shape == shape else piece.view(shape)
+            for piece, shape in zip(flat.split([shape.numel() for shape in shapes]), shapes)]
+
+
+class _Factor(dist.Normal):
+    """Site ``index`` of a :class:`JointNormal`: a ``Normal`` whose single draw is the joint's."""
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, joint: "JointNormal", index: int):
+        self.loc, self.scale, self.joint, self.index = loc, scale, joint, index
+        torch.distributions.Distribution.__init__(self, loc.shape, validate_args=False)
+
+    def expand(self, batch_shape, _instance=None):
+        return dist.Normal(self.loc, self.scale, validate_args=False).expand(batch_shape, _instance)
+
+    def rsample(self, sample_shape=torch.Size()):
+        if sample_shape == torch.Size():
+            return self.joint.draws()[self.index]
+        return super().rsample(sample_shape)
+
+
+class JointNormal:
+    r"""The posterior of every site of a :class:`NormalGuide` at once, :math:`q(w) = \mathcal N(\mu, \sigma^2)`
+    over the flat vector of all weights (the guide's parameters share one flat storage per role,
+    :meth:`~pyrobnn.guides.base.SiteGuide.flat`), with the per-site factors as views (:meth:`factors`, the
+    distributions of the guide's sample sites). What is elementwise over the weights is one operation over the
+    flat vector instead of one per site: :math:`\sigma = \mathrm{softplus}(\rho)`, the draw
+    :math:`w = \mu + \sigma \odot \epsilon`, and the KL of all the sites against a prior that is the same for
+    every weight (:meth:`kl`, which :class:`~pyrobnn.MeanFieldELBO` uses for the sites it finds here).
+    """
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, loc_shapes, scale_shapes):
+        self.loc, self.scale, self.shapes, self.scale_shapes = loc, scale, loc_shapes, scale_shapes
+        self._variances = None
+        locs, scales = _split(loc, loc_shapes), _split(scale, scale_shapes)
+        self.sites = [(m, s if s.shape == m.shape else s.expand(m.shape)) for m, s in zip(locs, scales)]
+        self._noise = self._flat_draw = self._draws = None
+
+    def factors(self) -> list[dist.Independent]:
+        """The distributions of the guide's sample sites, one per site; each holds this joint (the joint holds
+        none of them: no reference cycle keeps a step's draws alive until the garbage collector runs)."""
+        return [dist.Independent(_Factor(m, s, self, i), m.dim(), validate_args=False)
+                for i, (m, s) in enumerate(self.sites)]
+
+    def draws(self) -> list[torch.Tensor]:
+        r"""One draw of every site, :math:`w = \mu + \sigma \odot \epsilon` over the flat vector, made on the
+        first request (a site's sample) and reused by the others."""
+        if self._draws is None:
+            if self.loc.shape == self.scale.shape:
+                self._noise = torch.randn_like(self.loc)
+                self._flat_draw = torch.addcmul(self.loc, self.scale, self._noise)
+                self._draws = _split(self._flat_draw, self.shapes)
+            else:  # a shared sigma (per row or layer): each site's own draw
+                self._draws = [dist.Normal(m, s, validate_args=False).rsample() for m, s in self.sites]
+        return self._draws
+
+    def variance(self, index: int) -> torch.Tensor:
+        r""":math:`\sigma^2` of site ``index`` (its scale's shape), squared once over all weights on first request."""
+        if self._variances is None:
+            self._variances = _split(self.scale.square(), self.scale_shapes)
+        return self._variances[index]
+
+    @staticmethod
+    def prior_key(prior) -> tuple | None:
+        """A key equal for the priors that put the same law on every weight (those :meth:`kl` covers at once)."""
+        base = prior.base_dist if isinstance(prior, Independent) else prior
+        if type(base) is IsotropicNormal:
+            return ("normal", base.loc, base.scale)
+        if type(base) is ScaleMixtureNormal and isinstance(prior, Independent):
+            return ("scale-mixture", base.pi, base.sigma1, base.sigma2)
+        return None
+
+    def kl(self, prior, values: dict[int, torch.Tensor]) -> torch.Tensor | None:
+        r""":math:`\mathrm{KL}(q\|p)` summed over all sites, given the prior ``p`` of one site (the same law on
+        every weight: :meth:`prior_key`) and the value of every site (by index); None when this cannot be one
+        computation (some sites missing, a shared :math:`\sigma`, a Monte-Carlo KL of values not drawn here).
+
+        Against :math:`\mathcal N(\mu_p, \sigma_p^2)` the closed form; otherwise the one-sample estimate
+        :math:`\log q(w) - \log p(w)` of the draw, with
+        :math:`\log q(w) = -\sum_i (\tfrac12\epsilon_i^2 + \log\sigma_i) - \tfrac n2 \log 2\pi` (the same
+        value and gradient as the density at :math:`w = \mu + \sigma\odot\epsilon`)."""
+        key = self.prior_key(prior)
+        if key is None or len(values) != len(self.sites) or self.loc.shape != self.scale.shape:
+            return None
+        options = {"device": self.loc.device, "dtype": self.loc.dtype}
+        if key[0] == "normal":
+            flat_prior = IsotropicNormal(key[1], key[2], self.loc.shape, **options)
+            return kl_divergence(dist.Independent(dist.Normal(self.loc, self.scale, validate_args=False), 1,
+                                             validate_args=False), flat_prior)
+        if self._flat_draw is None or any(values[i] is not draw for i, draw in enumerate(self._draws)):
+            return None
+        w = self._flat_draw
+        log_q = -0.5 * torch.dot(self._noise, self._noise) - self.scale.log().sum() \
+            - 0.5 * math.log(2 * math.pi) * w.numel()
+        log_p = ScaleMixtureNormal(*key[1:], w.shape, **options).log_prob(w).sum()
+        return log_q - log_p
 
 
 PARAMETERIZATIONS = ("softplus", "log_variance")
@@ -77,11 +181,27 @@ class NormalGuide(SiteGuide):
         self.add_param(site, self._scale_role, rho if self.parameterization == "softplus"
                        else 2 * torch.nn.functional.softplus(rho).log())
 
+    def _scale(self, raw: torch.Tensor) -> torch.Tensor:
+        return softplus(raw) if self.parameterization == "softplus" else (0.5 * raw).exp()
+
     def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and standard deviation of site ``name``."""
-        raw = self.param(name, self._scale_role)
-        scale = softplus(raw) if self.parameterization == "softplus" else (0.5 * raw).exp()
-        return self.param(name, "locs"), scale
+        return self.param(name, "locs"), self._scale(self.param(name, self._scale_role))
+
+    def joint_posterior(self) -> JointNormal | None:
+        """The posterior of all sites at once (:class:`JointNormal`), or None when the parameters cannot share one
+        flat storage (sites on several devices or dtypes)."""
+        locs, raws = self.flat("locs"), self.flat(self._scale_role)
+        if locs is None or raws is None:
+            return None
+        return JointNormal(locs[0], self._scale(raws[0]), locs[1], raws[1])
+
+    def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        self._claim()
+        joint = self.joint_posterior()
+        if joint is None:
+            return super().forward(*args, **kwargs)
+        return {name: pyro.sample(name, factor) for name, factor in zip(self.site_names, joint.factors())}
 
     def get_posterior(self, name, prior):
         loc, scale = self.loc_scale(name)

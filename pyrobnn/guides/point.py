@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pyro.distributions as dist
+import torch
 
 from pyrobnn.distributions import LogUniform
 from pyrobnn.guides.base import SiteGuide
 
-__all__ = ["PointGuide"]
+__all__ = ["PointGuide", "point_values"]
 
 
 class PointGuide(SiteGuide):
@@ -38,3 +39,21 @@ class PointGuide(SiteGuide):
     def get_posterior(self, name, prior):
         loc = self.param(name, "locs")
         return dist.Delta(loc, event_dim=loc.dim())
+
+
+def point_values(guide) -> dict[str, torch.Tensor]:
+    r"""``{site: value}`` of a guide whose every posterior is a point mass :math:`\delta(w - M)` (a
+    :class:`PointGuide`: a MAP fit), detached copies. Any other guide is a ``ValueError``: deep ensembles and the
+    Laplace approximation start from point estimates, and a posterior with a spread (or MC dropout's masks) has
+    none to give."""
+    names = getattr(guide, "site_names", None)
+    if not isinstance(guide, SiteGuide) or not names:
+        raise ValueError(f"a point-estimate guide over the network's sites is needed (PointGuide), got "
+                         f"{type(guide).__name__}")
+    posteriors = {name: guide.posterior(name) for name in names}
+    spread = [name for name, q in posteriors.items() if not isinstance(q, dist.Delta)]
+    if spread:
+        raise ValueError(f"{type(guide).__name__} is no point estimate (site {spread[0]!r} has a "
+                         f"{type(posteriors[spread[0]]).__name__} posterior): train a MAP fit with PointGuide "
+                         "(--guide point)")
+    return {name: q.v.detach().clone() for name, q in posteriors.items()}

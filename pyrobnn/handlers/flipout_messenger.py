@@ -34,19 +34,20 @@ class FlipoutMessenger(EstimatorMessenger):
     """
 
     def layer(self, op, x, weight, bias=None, *rest, **kwargs):
-        bias_loc, bias_var = bias.moments() if isinstance(bias, GaussianWeight) else (bias, None)
+        bias_loc, bias_scale = (bias.loc, bias.scale) if isinstance(bias, GaussianWeight) else (bias, None)
         count = self.particles.count if self.particles is not None else 1
         mean = op(x, weight.loc, bias_loc, *rest, **kwargs)
         if count > 1 and self.particles.is_first(x):  # the first layer: S copies of the input
             x, mean = (v.repeat((count,) + (1,) * (v.dim() - 1)) for v in (x, mean))
-        delta = weight.scale * torch.randn((count,) + weight.shape, dtype=weight.dtype, device=weight.device)
+        shape = weight.shape if count == 1 else (count,) + weight.shape
+        delta = weight.scale * torch.randn(shape, dtype=weight.dtype, device=weight.device)
         if count == 1:
-            perturbation = op(x * _rademacher(x), delta[0], None, *rest, **kwargs)
+            perturbation = op(x * _rademacher(x), delta, None, *rest, **kwargs)
         else:
             perturbation = self.particles.layer(op, x * _rademacher(x), delta, None, *rest, **kwargs)
         out = torch.addcmul(mean, perturbation, _rademacher(perturbation))
-        if bias_var is not None:  # the bias is shared by the batch (per particle), like the weight perturbation
-            noise = bias_var.sqrt() * torch.randn((count,) + bias_loc.shape, dtype=out.dtype, device=out.device)
+        if bias_scale is not None:  # the bias is shared by the batch (per particle), like the weight perturbation
+            noise = bias_scale * torch.randn((count,) + bias_loc.shape, dtype=out.dtype, device=out.device)
             unit = per_unit(bias_loc, op, out.dim()).shape
             noise = noise.view((count,) + (1,) * (out.dim() - len(unit)) + unit)
             out = (out.view((count, -1) + out.shape[1:]) + noise).flatten(0, 1)

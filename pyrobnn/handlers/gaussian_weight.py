@@ -37,26 +37,32 @@ class GaussianWeight(LazyWeight):
     scale: torch.Tensor
 
     @staticmethod
-    def __new__(cls, loc: torch.Tensor, scale: torch.Tensor, estimator):
+    def __new__(cls, loc: torch.Tensor, scale: torch.Tensor, estimator, variance: torch.Tensor | None = None):
         self = cls.wrap(loc)
-        self.loc, self.scale, self.estimator = loc, scale.expand_as(loc), estimator
+        self.loc, self.estimator = loc, estimator
+        self.scale = scale if scale.shape == loc.shape else scale.expand_as(loc)
+        self._variance = variance
         self._init_cache()
         return self
 
     @classmethod
     def of(cls, fn, estimator) -> "GaussianWeight":
-        """The lazy value of a site sampled from a Normal ``fn`` (or an ``Independent`` of one), at the site's
-        shape ``fn.shape()``."""
+        r"""The lazy value of a site sampled from a Normal ``fn`` (or an ``Independent`` of one), at the site's
+        shape ``fn.shape()``. A factor of a :class:`~pyrobnn.guides.normal.JointNormal` brings its variance, a view
+        of :math:`\sigma^2` squared once over all weights."""
         base = fn.base_dist if isinstance(fn, Independent) else fn
         loc, scale = base.loc, base.scale
         if loc.shape != fn.shape():
             loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
-        return cls(loc, scale, estimator)
+        joint = getattr(base, "joint", None)
+        return cls(loc, scale, estimator, joint.variance(base.index) if joint is not None else None)
 
     @property
     def variance(self) -> torch.Tensor:
         r""":math:`\sigma^2`, of shape ``(out, 1, ...)`` or ``(1, 1, ...)`` when it is shared per output unit
         or per layer (the scale arrives broadcast: its stride-0 dimensions are undone), else the weight's."""
+        if self._variance is not None and self._variance.shape == self.shape:
+            return self._variance
         scale = self.scale
         index = tuple(slice(0, 1) if size > 1 and stride == 0 else slice(None)
                       for size, stride in zip(scale.shape, scale.stride()))

@@ -22,7 +22,9 @@ class KLAnnealingMessenger(Messenger):
     """
 
     def __init__(self, beta: Union[float, torch.Tensor] = 1.0):
-        if not bool((torch.as_tensor(beta) >= 0).all()):
+        # a number is checked on the host; a tensor costs one device-to-host read
+        valid = beta >= 0 if isinstance(beta, (int, float)) else bool((torch.as_tensor(beta) >= 0).all())
+        if not valid:
             raise ValueError(f"beta (KL weight) must be >= 0, got {beta!r}")
         super().__init__()
         self.beta = beta

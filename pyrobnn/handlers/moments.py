@@ -94,18 +94,25 @@ def per_unit(values: torch.Tensor, op, ndim: int) -> torch.Tensor:
     return values.reshape(-1) if op is F.linear else values.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest, **kwargs) -> torch.Tensor:
+def variance_op(op, a: torch.Tensor, var: torch.Tensor, shape: torch.Size, *rest, bias_var=None,
+                **kwargs) -> torch.Tensor:
     r"""``op(a, var.expand(shape), None, *rest)`` for ``op`` = ``F.linear``/``F.convNd``, where ``var`` is a weight
-    variance of ``shape`` or one shared per output unit or per layer (``(out, 1, ...)``, ``(1, ...)``).
+    variance of ``shape`` or one shared per output unit or per layer (``(out, 1, ...)``, ``(1, ...)``), plus
+    ``bias_var`` (one per output unit) when given.
 
     A shared variance factors out of the sum: :math:`\sum_i a_i \sigma_n^2 = \sigma_n^2 \sum_i a_i`, one
-    window sum of ``a`` (a single-output-channel op) scaled per unit, instead of a full layer's op.
+    window sum of ``a`` (a single-output-channel op) scaled per unit, instead of a full layer's op. A variance of
+    every weight takes ``bias_var`` as the op's bias (added by the op itself).
     """
     groups = kwargs.get("groups", rest[3] if len(rest) > 3 else 1)
+    if var.shape == shape and (bias_var is None or bias_var.shape == shape[:1]):
+        return op(a, var, bias_var, *rest, **kwargs)
     if var.shape == shape or var.shape[1:].numel() != 1 or groups != 1:
-        return op(a, var.expand(shape), None, *rest, **kwargs)
-    summed = op(a, a.new_ones((1,) + tuple(shape[1:])), None, *rest, **kwargs)
-    return summed * per_unit(var, op, summed.dim())
+        out = op(a, var.expand(shape), None, *rest, **kwargs)
+    else:
+        summed = op(a, a.new_ones((1,) + tuple(shape[1:])), None, *rest, **kwargs)
+        out = summed * per_unit(var, op, summed.dim())
+    return out if bias_var is None else out + per_unit(bias_var, op, out.dim())
 
 
 def _wrap(mean, var):
@@ -124,13 +131,13 @@ def affine_moments(op, x, weight, bias=None, *rest, **kwargs):
     terms = []
     if var_x is not None:
         terms.append(op(var_x, mean_w.square(), None, *rest, **kwargs))
-    if var_w is not None:
+    if var_w is not None:  # the bias variance goes with the weights' (one op when every weight has its own)
         second = mean_x.square() if var_x is None else var_x + mean_x.square()
-        terms.append(variance_op(op, second, var_w, mean_w.shape, *rest, **kwargs))
-    if var_b is not None:
+        terms.append(variance_op(op, second, var_w, mean_w.shape, *rest, bias_var=var_b, **kwargs))
+    elif var_b is not None:
         terms.append(per_unit(var_b, op, mean.dim()))
-    var = None if not terms else sum(terms[1:], terms[0]).expand_as(mean)
-    return _wrap(mean, var)
+    var = None if not terms else sum(terms[1:], terms[0])
+    return _wrap(mean, var if var is None or var.shape == mean.shape else var.expand_as(mean))
 
 
 def _elementwise(f):

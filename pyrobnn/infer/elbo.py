@@ -12,7 +12,9 @@ the handlers draw S of them in one pass. Guide sites the model does not have (th
 auxiliary sites of Pyro's autoguides) add their :math:`\log q`, so for any guide
 with reparameterized sites the loss equals ``Trace_ELBO``'s in expectation. Unlike
 ``TraceMeanField_ELBO`` it evaluates a prior's log-density only when no closed form
-exists, and reports the data and KL terms separately for logging.
+exists, and reports the data and KL terms separately for logging. The sites of one joint posterior (a
+:class:`~pyrobnn.guides.normal.JointNormal`: every site of a ``NormalGuide``) under one prior law and one β get
+their KL in one computation over all weights (:meth:`~pyrobnn.guides.normal.JointNormal.kl`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from typing import NamedTuple
 
 import torch
 from pyro import poutine
-from pyro.distributions.util import scale_and_mask
+from pyro.distributions.util import is_identically_one, scale_and_mask
 from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
 from pyrobnn.handlers.distribution_tensor import DistributionTensor
+from pyrobnn.handlers.families import base_distribution
 from pyrobnn.handlers.lazy_value import unscored
 
 __all__ = ["MeanFieldELBO", "ELBOTerms"]
@@ -48,6 +51,34 @@ def _site_kl(guide_site, model_site) -> torch.Tensor:
             draws = value.kl_draws()
             return (q.log_prob(draws) - p.log_prob(draws)).mean(0)
         return q.log_prob(value) - p.log_prob(value)
+
+
+def _total(values: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of scalar tensors, in one operation."""
+    return values[0] if len(values) == 1 else torch.stack(values).sum()
+
+
+class _Weighted(dict):
+    """KL terms by the scale (β) that weights them in the loss: one product per scale, not per site."""
+
+    def add(self, value: torch.Tensor, scale) -> None:
+        key = scale if isinstance(scale, (int, float)) else id(scale)
+        self.setdefault(key, (scale, []))[1].append(value)
+
+    def total(self) -> torch.Tensor:
+        parts = [_total(values) if is_identically_one(scale) else _total(values) * scale
+                 for scale, values in self.values()]
+        return _total(parts)
+
+
+def _add_kl(site_kl: torch.Tensor, scale, mask, kls: list, weighted: _Weighted) -> None:
+    """Record a site's KL: unweighted (``kls``, for the log) and weighted by its scale and mask (the loss)."""
+    total = site_kl.sum() if site_kl.dim() else site_kl
+    kls.append(total)
+    if mask is None:
+        weighted.add(total, scale)
+    else:
+        weighted.add(scale_and_mask(site_kl, scale, mask).sum(), 1.0)
 
 
 def _check_reparameterized(site) -> None:
@@ -77,32 +108,51 @@ class MeanFieldELBO(ELBO):
         super().__init__(num_particles=num_particles, **kwargs)
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
-        loss = nll = kl = 0.0
+        nlls, kls, weighted = [], [], _Weighted()
         for _ in range(self.num_particles):
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+            joints: dict = {}  # the sites of one JointNormal with one prior law and one scale: one KL
             for name, site in model_trace.nodes.items():
                 if site["type"] != "sample" or site_is_subsample(site):
                     continue
                 if site["is_observed"]:
-                    log_p = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"])
-                    nll = nll - log_p.sum()
+                    nlls.append(scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).sum())
                     continue
                 guide_site = guide_trace.nodes.get(name)
                 if guide_site is None:
                     raise ValueError(f"the guide has no site {name!r}: it must cover every latent site")
                 _check_reparameterized(guide_site)
-                site_kl = _site_kl(guide_site, site)
-                kl = kl + site_kl.sum().detach()
-                loss = loss + scale_and_mask(site_kl, guide_site["scale"], guide_site["mask"]).sum()
+                factor = base_distribution(unscored(guide_site["fn"]))
+                joint, prior = getattr(factor, "joint", None), unscored(site["fn"])
+                key = joint.prior_key(prior) if joint is not None and guide_site["mask"] is None else None
+                if key is not None:
+                    scale = guide_site["scale"]
+                    group = joints.setdefault((id(joint), key, scale if isinstance(scale, (int, float)) else id(scale)),
+                                              (joint, prior, scale, {}, []))
+                    group[3][factor.index] = guide_site["value"]
+                    group[4].append((guide_site, site))
+                    continue
+                _add_kl(_site_kl(guide_site, site), guide_site["scale"], guide_site["mask"], kls, weighted)
+            for joint, prior, scale, values, sites in joints.values():
+                joint_kl = joint.kl(prior, values)
+                if joint_kl is not None:
+                    _add_kl(joint_kl, scale, None, kls, weighted)
+                    continue
+                for guide_site, site in sites:
+                    _add_kl(_site_kl(guide_site, site), guide_site["scale"], None, kls, weighted)
             for name, site in guide_trace.nodes.items():  # auxiliary guide sites (autoguides): their log q
                 if site["type"] != "sample" or site_is_subsample(site) or name in model_trace.nodes:
                     continue
                 _check_reparameterized(site)
                 log_q = scale_and_mask(site["fn"].log_prob(site["value"]), site["scale"], site["mask"]).sum()
-                kl = kl + log_q.detach()
-                loss = loss + log_q
+                _add_kl(log_q, 1.0, None, kls, weighted)
+        nll = -_total(nlls) if nlls else torch.zeros(())
+        kl = _total(kls).detach() if kls else torch.zeros(())
+        loss = weighted.total() + nll if kls else nll
         n = self.num_particles
-        return ELBOTerms((loss + nll) / n, nll.detach() / n, torch.as_tensor(kl) / n)
+        if n == 1:
+            return ELBOTerms(loss, nll.detach(), kl)
+        return ELBOTerms(loss / n, nll.detach() / n, kl / n)
 
     def _get_trace(self, model, guide, args, kwargs):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)

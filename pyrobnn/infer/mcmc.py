@@ -2,157 +2,54 @@ r"""NUTS on a :class:`~pyrobnn.BayesianNetwork`: the exact posterior of the same
 
 The model SVI trains is a Pyro model, so Hamiltonian Monte Carlo can sample its
 posterior :math:`p(w \mid x, y) \propto p(w) \prod_n p(y_n \mid x_n, w)` directly
-(full batch; Neal 2011, Hoffman & Gelman 2014). Stock ``NUTS(model)`` re-traces
-the model through Pyro's effect stack at every leapfrog step; here the
-potential :math:`U(\theta) = -\log p(w(\theta)) - \sum_n \log p(y_n \mid x_n, w(\theta))`
-is a function of one flat vector :math:`\theta` of all Bayesian weights
-(:class:`FlatPotential`), given to ``pyro.infer.NUTS(potential_fn=...)``.
+(full batch; Neal 2011, Hoffman & Gelman 2014). The potential
+:math:`U(\theta) = -\log p(w(\theta)) - \sum_n \log p(y_n \mid x_n, w(\theta))` is a function of one flat
+vector :math:`\theta` of all Bayesian weights (:mod:`pyrobnn.infer.potential`). :func:`sample_posterior` runs
+the chains with one of two samplers:
 
-:func:`sample_posterior` runs the chains and returns the draws with Pyro's
-diagnostics (split R-hat, bulk ESS, divergences, step size, leapfrog steps,
-wall time); :class:`PosteriorDraws` is an empirical guide that replays draw i on
-call i, so :func:`~pyrobnn.infer.predict.predict`, :func:`~pyrobnn.infer.predict.evaluate`
-and the metrics take NUTS exactly as they take a variational guide.
+- ``"batched"``: :mod:`pyrobnn.infer.batched_nuts`, all C chains in lockstep, each leapfrog step one batched
+  pass of the network for every chain (:class:`~pyrobnn.infer.potential.BatchedPotential`);
+- ``"pyro"``: Pyro's ``NUTS(potential_fn=FlatPotential)``, chains one after another: the reference, and the
+  sampler of networks that cannot run several weight vectors in one pass.
+
+``"auto"`` (the default) takes the batched sampler when the network batches. Both return the same
+:class:`MCMCResult`: the draws, split R-hat and bulk ESS per weight and on the predictions at a set of inputs
+(function space, where the symmetries of a network do not inflate R-hat; Sommer et al. 2024), divergences,
+step sizes, tree depths, leapfrog steps and wall time, exportable to ArviZ
+(:meth:`MCMCResult.to_inference_data`). :class:`~pyrobnn.guides.PosteriorDraws` (:meth:`MCMCResult.posterior`)
+is an empirical guide that replays draw i on call i, so :func:`~pyrobnn.infer.predict.predict`,
+:func:`~pyrobnn.infer.predict.evaluate` and the metrics take NUTS exactly as they take a variational guide.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import pyro
 import torch
-from pyro.distributions import constraints
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
-from pyrobnn._compat import pyro_context
-from pyrobnn.checks import in_range, nonnegative, positive_int
-from pyrobnn.distributions import IsotropicNormal, LogUniform
+from pyrobnn.checks import choice, in_range, nonnegative, positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
+from pyrobnn.infer.batched_nuts import sample_chains
+from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
 
 __all__ = ["FlatPotential", "check_prior", "MCMCResult", "sample_posterior", "run_chain", "summarise",
-           "chain_diagnostics", "MAX_FULL_BATCH"]
+           "chain_diagnostics", "MAX_FULL_BATCH", "SAMPLERS", "PREDICTION_POINTS"]
 
 MAX_FULL_BATCH = 10_000
 """The largest training set :func:`sample_posterior` accepts: NUTS evaluates the full-batch
 likelihood hundreds of times per draw, so beyond this use SVI (``pyrobnn.infer.svi.fit``)."""
 
+SAMPLERS = ("auto", "batched", "pyro")
+"""``sample_posterior(sampler=...)``: ``"batched"`` (all chains in one pass, :mod:`pyrobnn.infer.batched_nuts`),
+``"pyro"`` (Pyro's NUTS, one chain after another), ``"auto"`` (batched when the network can run it)."""
 
-def check_prior(prior, value: torch.Tensor, where: str) -> None:
-    """Raise a ``ValueError`` (its message opens with ``where``) unless ``prior`` is a proper density on every
-    real number, one log density per parameter, finite at ``value``: what NUTS needs of :math:`p(w)`."""
-    if isinstance(prior, LogUniform):
-        raise ValueError(f"{where} is the improper log-uniform prior p(w) ~ 1/|w|, whose posterior is improper too "
-                         "(infinite mass at w = 0): NUTS needs a proper prior; use a Gaussian or scale-mixture prior")
-    support = prior.support
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    if support is not constraints.real:
-        raise ValueError(f"{where} ({type(prior).__name__}) has support {prior.support}, not every real number: NUTS "
-                         "moves the weights freely over the reals; use a prior on all reals (a Gaussian or "
-                         "scale-mixture prior)")
-    try:
-        density = prior.log_prob(value)
-    except NotImplementedError:
-        raise ValueError(f"{where} ({type(prior).__name__}) has no density: NUTS needs log p(w); use a Gaussian or "
-                         "scale-mixture prior") from None
-    if density.shape != ():
-        raise ValueError(f"{where} ({type(prior).__name__}) gives log densities of shape {tuple(density.shape)}, not "
-                         f"one number: its event shape must be the parameter's shape {tuple(value.shape)} "
-                         f"(e.g. .to_event({value.dim()}))")
-    if not torch.isfinite(density):
-        raise ValueError(f"{where} ({type(prior).__name__}) has log density {density} at the network's weights: "
-                         "NUTS needs a proper prior with a finite density")
-
-
-class FlatPotential:
-    r"""The potential energy :math:`U(\theta)` of a network's posterior on full-batch data ``(x, y)``.
-
-    :math:`\theta` is the concatenation of every Bayesian weight (in :meth:`BayesianNetwork.sites` order);
-    the network runs with those weights through the PyroModule cache, without sample statements, and the
-    likelihood is the model's own (:meth:`Likelihood.distribution`), unscaled (the batch is the data set).
-    Called with ``{"weights": theta}`` as ``NUTS(potential_fn=...)`` does. Deterministic parameters of the
-    model (e.g. a learned noise scale) are held at their current values.
-    """
-
-    def __init__(self, model, x: torch.Tensor, y: torch.Tensor):
-        self.model, self.x, self.y = model, x, y
-        sites = model.sites()
-        if not sites:
-            raise ValueError("the model has no Bayesian parameters to sample (was it built with deterministic=True?)")
-        self.names = [site.name for site in sites]
-        self.shapes = [site.shape for site in sites]
-        self.priors = [site.prior_distribution() for site in sites]
-        self.evaluations = 0
-        self._traced = None
-        shared = {(p.loc, p.scale) for p in self.priors if isinstance(p, IsotropicNormal)}
-        self._shared_gaussian = next(iter(shared)) if len(shared) == 1 and all(
-            isinstance(p, IsotropicNormal) for p in self.priors) else None
-        theta = self.initial()
-        for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
-            check_prior(prior, value, f"the prior of site {name!r}")
-
-    @property
-    def size(self) -> int:
-        """The number of sampled weights, the dimension of :math:`\\theta`."""
-        return sum(math.prod(shape) for shape in self.shapes)
-
-    def initial(self) -> torch.Tensor:
-        """The network's current weights as one flat vector."""
-        return torch.cat([site.init.reshape(-1) for site in self.model.sites()]).detach()
-
-    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{site name: weight}`` from a flat vector (or ``(..., D)`` batch: the last dimension is split)."""
-        parts = theta.split([math.prod(shape) for shape in self.shapes], dim=-1)
-        return {name: part.reshape(theta.shape[:-1] + shape)
-                for name, part, shape in zip(self.names, parts, self.shapes)}
-
-    def network(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """The network's output with these weights (no Pyro sample statements are run)."""
-        context = pyro_context(self.model)
-        with context:
-            for name, value in weights.items():
-                context.set(name, value)
-            return self.model.net(x)
-
-    def log_prior(self, theta: torch.Tensor, weights: dict[str, torch.Tensor]) -> torch.Tensor:
-        r""":math:`\log p(w)`: one Gaussian term over the flat vector when every site has the same isotropic
-        Gaussian prior (the common case, one kernel instead of one per site), else the sum over sites."""
-        if self._shared_gaussian is not None:
-            loc, scale = self._shared_gaussian
-            z = (theta - loc) / scale
-            return -0.5 * z.square().sum() - theta.shape[-1] * (math.log(scale) + 0.5 * math.log(2 * math.pi))
-        return sum(prior.log_prob(value) for prior, value in zip(self.priors, weights.values()))
-
-    def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
-        r""":math:`\log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`."""
-        weights = self.unflatten(theta)
-        output = self.network(weights, self.x)
-        return self.log_prior(theta, weights) + self.model.likelihood.distribution(output).log_prob(self.y).sum()
-
-    def compile(self) -> "FlatPotential":
-        """Trace :meth:`log_joint` once with ``torch.jit.trace`` (the network, prior and likelihood become one
-        graph without Python in the loop); later calls run the traced graph."""
-        theta = self.initial().requires_grad_()
-        with torch.no_grad():
-            expected = self.log_joint(theta)
-        with warnings.catch_warnings():  # torch.jit.trace is deprecated in favour of torch.compile, which
-            warnings.simplefilter("ignore", FutureWarning)  # compiles for tens of seconds on a small CPU
-            self._traced = torch.jit.trace(self.log_joint, (theta,), check_trace=False)
-        with torch.no_grad():
-            got = self._traced(theta)
-        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
-            raise RuntimeError(f"jit: the traced potential gives {got.item()} instead of {expected.item()}; "
-                               "the network has data-dependent control flow: run with jit=False")
-        return self
-
-    def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        self.evaluations += 1
-        log_joint = self._traced if self._traced is not None else self.log_joint
-        return -log_joint(params["weights"])
+PREDICTION_POINTS = 256
+"""By default the function-space diagnostics are computed at this many training inputs (evenly spaced)."""
 
 
 def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
@@ -177,10 +74,15 @@ def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, flo
 
 @dataclass
 class MCMCResult:
-    """Draws ``{site: (chains, samples, ...)}`` and their diagnostics."""
+    """Draws ``{site: (chains, samples, ...)}``, their diagnostics (plain numbers, as JSON takes them), and per
+    draw the sampler's statistics ``stats`` ``{name: (chains, samples)}`` and the ``predictions``
+    ``(chains, samples, points, outputs)`` at the inputs ``prediction_x`` (class probabilities or means)."""
 
     draws: dict[str, torch.Tensor]
     diagnostics: dict = field(default_factory=dict)
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+    predictions: torch.Tensor | None = None
+    prediction_x: torch.Tensor | None = None
 
     @property
     def num_draws(self) -> int:
@@ -191,28 +93,57 @@ class MCMCResult:
         """The empirical guide of all chains' draws (chain-major)."""
         return PosteriorDraws({name: value.flatten(0, 1) for name, value in self.draws.items()})
 
+    def to_inference_data(self):
+        """The draws as an ArviZ ``InferenceData`` (``pip install arviz``): group ``posterior`` (one variable per
+        site), ``sample_stats`` (``diverging``, ``tree_depth``, ``n_steps``, ``acceptance_rate``, ``energy``,
+        ``step_size``, as far as the sampler recorded them) and, when computed, ``predictions`` with the inputs
+        in ``predictions_constant_data``."""
+        try:
+            import arviz
+        except ImportError:
+            raise ImportError("MCMCResult.to_inference_data needs ArviZ: pip install arviz") from None
+        names = {"diverging": "diverging", "tree_depth": "tree_depth", "num_steps": "n_steps",
+                 "accept_prob": "acceptance_rate", "energy": "energy", "step_size": "step_size"}
+        stats = {names[k]: v.detach().cpu().numpy() for k, v in self.stats.items() if k in names}
+        extra = {}
+        if self.predictions is not None:
+            extra = {"predictions": {"predictions": self.predictions.detach().cpu().numpy()},
+                     "predictions_constant_data": {"x": self.prediction_x.detach().cpu().numpy()}}
+        return arviz.from_dict(posterior={name: value.detach().cpu().numpy() for name, value in self.draws.items()},
+                               sample_stats=stats or None, **extra)
+
 
 def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
                      num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
-                     max_tree_depth: int = 10, jit: bool = False, progress: bool = False,
-                     max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None) -> MCMCResult:
+                     max_tree_depth: int = 10, sampler: str = "auto", jit: bool = False, progress: bool = False,
+                     max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None,
+                     prediction_x: torch.Tensor | None = None) -> MCMCResult:
     """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
 
-    Chains run one after the other, each from the network's current weights (or its row of ``initial``) plus
+    Every chain starts from the network's current weights (or its row of ``initial``) plus
     :math:`\\mathcal N(0, \\text{init\\_jitter}^2)` noise (chains started at unrelated random weights land in
     modes that differ by a permutation of hidden units, which R-hat on weights reports as non-mixing).
-    Step size and a diagonal mass matrix are adapted during ``warmup``.
+    Step size and a diagonal mass matrix are adapted during ``warmup``, per chain.
 
-    :param jit: trace the potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`) instead of
-        running the network from Python at every leapfrog step.
+    :param sampler: ``"batched"``: all chains in lockstep, one batched pass of the network per leapfrog step
+        (:mod:`pyrobnn.infer.batched_nuts`); ``"pyro"``: Pyro's NUTS, one chain after the other; ``"auto"``:
+        batched when the network can run several weight vectors in one pass, else Pyro's.
+    :param jit: compile harder. The batched sampler always runs each leapfrog step (the network's forward and
+        backward pass and the sampler's bookkeeping) as one traced graph; ``jit=True`` compiles it with
+        ``torch.compile`` (seconds per network, then about twice as fast on CPU). Pyro's sampler traces its
+        potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`).
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
+    :param prediction_x: inputs at which the function-space diagnostics are computed (default: up to
+        :data:`PREDICTION_POINTS` training inputs, evenly spaced).
 
     :returns: :class:`MCMCResult` with ``draws`` ``{site: (chains, samples, ...)}`` and ``diagnostics``:
-        ``r_hat_max`` and ``ess_min`` over all sites (and per site), ``divergences`` (count), ``divergence_rate``,
-        ``step_size`` and ``accept_prob`` per chain, ``leapfrog_steps`` (mean per draw), ``seconds``,
-        ``converged`` (R-hat <= 1.05 everywhere) and ``warnings`` (plain sentences).
+        ``sampler``, ``r_hat_max`` and ``ess_min`` over all sites (and per site), ``prediction_r_hat_max`` and
+        ``prediction_ess_min`` over the predictions at ``prediction_x``, ``divergences`` (count, after warm-up),
+        ``divergence_rate``, per chain (``chains``) ``step_size``, ``mean_accept_prob``, ``leapfrog_steps`` and
+        tree depths, ``leapfrog_steps`` (mean per draw), ``seconds``, ``converged`` (R-hat <= 1.05 on every
+        weight) and ``warnings`` (plain sentences).
     """
     num_samples = positive_int("num_samples", num_samples)
     num_chains = positive_int("num_chains", num_chains)
@@ -222,6 +153,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     target_accept = in_range("target_accept (NUTS target acceptance probability)", target_accept, 0, 1, "()")
     max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
     max_data = positive_int("max_data (the largest full-batch training set)", max_data)
+    sampler = choice("sampler", sampler, SAMPLERS)
     if not torch.is_tensor(x) or not torch.is_tensor(y):
         raise TypeError(f"x and y must be tensors, got {type(x).__name__} and {type(y).__name__}")
     if x.shape[0] != y.shape[0]:
@@ -230,40 +162,123 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         raise ValueError(f"NUTS runs full batch: {x.shape[0]} training examples exceed max_data={max_data}; use SVI "
                          "(pyrobnn.infer.svi.fit) or a subset (--train-size)")
     model.check_input(x[:1])
+    if prediction_x is None:
+        prediction_x = x[torch.linspace(0, len(x) - 1, min(len(x), PREDICTION_POINTS)).round().long()]
+    elif not torch.is_tensor(prediction_x) or prediction_x.shape[1:] != x.shape[1:] or len(prediction_x) == 0:
+        raise ValueError(f"prediction_x must be a non-empty tensor of inputs shaped like x, (points, "
+                         f"{', '.join(map(str, x.shape[1:]))}), got {_described(prediction_x)}")
     potential = FlatPotential(model, x, y)
-    if jit:
+    batched = None
+    if sampler != "pyro":
+        try:
+            batched = BatchedPotential(potential)
+        except CannotBatch as error:
+            if sampler == "batched":
+                raise ValueError(f"sampler='batched': {error}; use sampler='pyro' (Pyro's NUTS, one pass per "
+                                 "chain)") from None
+    if jit and batched is None:
         potential.compile()
+    starts = _starts(potential, initial, num_chains, init_jitter, seed)
+    tick = time.perf_counter()
+    if batched is not None:
+        generator = torch.Generator(device=starts.device).manual_seed(seed * 1009 + 1)
+        with pyro.validation_enabled(False):
+            flat_draws, stats = sample_chains(batched, starts, num_samples=num_samples, warmup=warmup,
+                                              target_accept=target_accept, max_tree_depth=max_tree_depth,
+                                              generator=generator, progress=progress,
+                                              compiler="inductor" if jit else "script")
+        per_chain = _batched_chain_stats(flat_draws, stats, max_tree_depth)
+        stats = {k: v.detach().cpu() for k, v in stats.items() if k in ("accept_prob", "num_steps", "tree_depth",
+                                                                         "diverging", "energy")}
+        stats["step_size"] = torch.tensor([c["step_size"] for c in per_chain])[:, None].expand(-1, num_samples)
+    else:
+        chains, per_chain = [], []
+        for chain in range(num_chains):
+            pyro.set_rng_seed(seed * 1009 + chain)
+            draws, chain_stats = run_chain(potential, starts[chain], num_samples=num_samples, warmup=warmup,
+                                           target_accept=target_accept, max_tree_depth=max_tree_depth,
+                                           progress=progress)
+            chains.append(draws)
+            per_chain.append(chain_stats)
+        flat_draws = torch.stack(chains)
+        stats = {"diverging": torch.stack([c.pop("diverging") for c in per_chain])}
+    seconds = time.perf_counter() - tick
+    draws = potential.unflatten(flat_draws)  # (chains, samples, ...)
+    predictions = _predictions(batched, potential, flat_draws, prediction_x)
+    diagnostics = summarise(draws, per_chain, seconds=seconds, predictions=predictions)
+    diagnostics.update(sampler="batched" if batched is not None else "pyro", num_weights=potential.size,
+                       target_accept=target_accept, max_tree_depth=max_tree_depth, prediction_points=len(prediction_x))
+    return MCMCResult(draws, diagnostics, stats, predictions, prediction_x)
+
+
+def _starts(potential: FlatPotential, initial, num_chains: int, init_jitter: float, seed: int) -> torch.Tensor:
+    """The chains' initial weights ``(C, D)``: the network's weights (or ``initial``) plus jitter, drawn chain
+    after chain from ``torch.Generator().manual_seed(seed)``, the same for both samplers."""
     start = potential.initial()
     if initial is None:
         starts = start.expand(num_chains, -1)
     else:
         if not torch.is_tensor(initial) or initial.shape not in ((potential.size,), (num_chains, potential.size)):
             raise ValueError(f"initial must be a tensor of shape ({potential.size},) or ({num_chains}, "
-                             f"{potential.size}) (num_chains x the number of weights), got "
-                             f"{tuple(initial.shape) if torch.is_tensor(initial) else type(initial).__name__}")
+                             f"{potential.size}) (num_chains x the number of weights), got {_described(initial)}")
         if not torch.isfinite(initial).all():
             raise ValueError("initial weights must be finite")
         starts = initial.detach().to(start).expand(num_chains, -1)
     generator = torch.Generator().manual_seed(seed)
-    chains, per_chain, tick = [], [], time.perf_counter()
-    for chain in range(num_chains):
-        pyro.set_rng_seed(seed * 1009 + chain)
-        noise = torch.randn(start.shape, generator=generator, dtype=start.dtype).to(start.device)
-        draws, stats = run_chain(potential, starts[chain] + init_jitter * noise, num_samples=num_samples,
-                                 warmup=warmup, target_accept=target_accept, max_tree_depth=max_tree_depth,
-                                 progress=progress)
-        chains.append(draws)
-        per_chain.append(stats)
-    draws = potential.unflatten(torch.stack(chains))  # (chains, samples, ...)
-    diagnostics = summarise(draws, per_chain, seconds=time.perf_counter() - tick)
-    diagnostics.update(num_weights=potential.size, target_accept=target_accept)
-    return MCMCResult(draws, diagnostics)
+    noise = torch.stack([torch.randn(start.shape, generator=generator, dtype=start.dtype)
+                         for _ in range(num_chains)]).to(start.device)
+    return starts + init_jitter * noise
+
+
+def _described(value) -> str:
+    """A tensor's shape, or another value's type name, for an error message."""
+    return str(tuple(value.shape)) if torch.is_tensor(value) else type(value).__name__
+
+
+def _batched_chain_stats(draws: torch.Tensor, stats: dict, max_tree_depth: int) -> list[dict]:
+    """Per chain, the statistics :func:`run_chain` reports, from :func:`sample_chains`' records."""
+    moved = (draws[:, 1:] != draws[:, :-1]).any(-1).double().mean(1) if draws.shape[1] > 1 else None
+    out = []
+    for c in range(draws.shape[0]):
+        depth = stats["tree_depth"][c].double()
+        out.append({
+            "divergences": int(stats["diverging"][c].sum()),
+            "warmup_divergences": int(stats["warmup_divergences"][c]),
+            "mean_accept_prob": float(stats["accept_prob"][c].double().mean()),
+            "accept_rate": float(moved[c]) if moved is not None else math.nan,
+            "step_size": float(stats["step_size"][c]),
+            "leapfrog_steps": float(stats["num_steps"][c].double().mean()),
+            "tree_depth_mean": float(depth.mean()),
+            "tree_depth_max": int(depth.max()),
+            "max_tree_depth_rate": float((depth >= max_tree_depth).double().mean()),
+        })
+    return out
+
+
+def _predictions(batched: BatchedPotential | None, potential: FlatPotential, draws: torch.Tensor,
+                 x: torch.Tensor) -> torch.Tensor:
+    """The predictions (class probabilities or means) of every draw ``(C, S, D)`` at ``x``: ``(C, S, P, K)``,
+    by batched passes, or one pass per draw for a network that cannot batch."""
+    if batched is None:
+        try:
+            batched = BatchedPotential(potential)
+        except CannotBatch:
+            likelihood = potential.model.likelihood
+            with torch.no_grad():
+                out = []
+                for theta in draws.reshape(-1, draws.shape[-1]):
+                    fn = likelihood.distribution(potential.network(potential.unflatten(theta), x))
+                    out.append(fn.probs if likelihood.task == "classification" else fn.mean)
+            out = torch.stack(out)
+            return out.reshape(draws.shape[:2] + out.shape[1:]).cpu()
+    return batched.predictions(draws, x).cpu()
 
 
 def run_chain(potential: FlatPotential, init: torch.Tensor, *, num_samples: int, warmup: int, target_accept: float,
               max_tree_depth: int, progress: bool = False) -> tuple[torch.Tensor, dict]:
     """One NUTS chain (Pyro's kernel on ``potential``) from the flat weights ``init``: its draws ``(samples, D)``
-    and its statistics ``divergences``, ``mean_accept_prob`` (the mean acceptance statistic of the sampling
+    and its statistics ``divergences`` (after warm-up; ``warmup_divergences`` during it, ``diverging`` per draw),
+    ``mean_accept_prob`` (the mean acceptance statistic of the sampling
     phase, the quantity ``target_accept`` aims for, Pyro's "acc. prob"), ``accept_rate`` (the fraction of
     draws that moved), ``step_size`` and ``leapfrog_steps`` (mean per draw)."""
     kernel = NUTS(potential_fn=potential, target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
@@ -278,8 +293,12 @@ def run_chain(potential: FlatPotential, init: torch.Tensor, *, num_samples: int,
                 disable_progbar=not progress, hook_fn=hook)
     mcmc.run()
     sampling = [n for stage, n in counts if stage == "Sample"]
+    diverging = torch.zeros(num_samples, dtype=torch.bool)
+    diverging[[t for t in stats["divergences"] if t >= 0]] = True  # Pyro counts from the end of warm-up
     return mcmc.get_samples()["weights"].detach(), {
-        "divergences": len(stats["divergences"]),
+        "divergences": int(diverging.sum()),
+        "warmup_divergences": len(stats["divergences"]) - int(diverging.sum()),
+        "diverging": diverging,
         "mean_accept_prob": stats["mean_accept_prob"],
         "accept_rate": float(stats["acceptance rate"]),
         "step_size": float(kernel.step_size),
@@ -287,10 +306,12 @@ def run_chain(potential: FlatPotential, init: torch.Tensor, *, num_samples: int,
     }
 
 
-def summarise(draws: dict[str, torch.Tensor], per_chain: list[dict], seconds: float) -> dict:
-    """The diagnostics of chains' ``draws`` ``{site: (chains, samples, ...)}`` and their ``per_chain``
-    statistics (:func:`run_chain`): worst split R-hat and bulk ESS over all sites and per site, divergences,
-    mean leapfrog steps, ``converged`` (R-hat <= 1.05 everywhere, 2 or more chains) and ``warnings``."""
+def summarise(draws: dict[str, torch.Tensor], per_chain: list[dict], seconds: float,
+              predictions: torch.Tensor | None = None) -> dict:
+    """The diagnostics of chains' ``draws`` ``{site: (chains, samples, ...)}``, their ``predictions``
+    ``(chains, samples, ...)`` at some inputs, and their ``per_chain`` statistics (:func:`run_chain`): worst split
+    R-hat and bulk ESS over all sites and per site, and over the predictions; divergences, mean leapfrog steps,
+    ``converged`` (R-hat <= 1.05 on every weight, 2 or more chains) and ``warnings``."""
     num_chains, num_samples = next(iter(draws.values())).shape[:2]
     per_site = chain_diagnostics(draws)
     divergences = sum(c["divergences"] for c in per_chain)
@@ -300,18 +321,27 @@ def summarise(draws: dict[str, torch.Tensor], per_chain: list[dict], seconds: fl
         "sites": per_site,
         "divergences": divergences,
         "divergence_rate": divergences / (num_chains * num_samples),
+        "warmup_divergences": sum(c.get("warmup_divergences", 0) for c in per_chain),
         "chains": per_chain,
         "leapfrog_steps": sum(c["leapfrog_steps"] for c in per_chain) / num_chains,
         "seconds": seconds,
     }
+    if predictions is not None:
+        function_space = chain_diagnostics({"predictions": predictions})["predictions"]
+        diagnostics.update(prediction_r_hat_max=function_space["r_hat_max"],
+                           prediction_ess_min=function_space["ess_min"])
     notes = []
     if num_samples < 4:
         notes.append(f"{num_samples} draws per chain are too few for split R-hat (it needs 4): convergence "
                      "cannot be checked, draw more samples")
-    elif num_chains > 1 and not diagnostics["r_hat_max"] <= 1.05:
-        worst = max(per_site, key=lambda n: per_site[n]["r_hat_max"])
-        notes.append(f"chains disagree: split R-hat {diagnostics['r_hat_max']:.3f} > 1.05 (worst site {worst!r}); "
-                     "the draws are not from one posterior mode, run longer or check the chains")
+    elif num_chains > 1:
+        if not diagnostics["r_hat_max"] <= 1.05:
+            worst = max(per_site, key=lambda n: per_site[n]["r_hat_max"])
+            notes.append(f"chains disagree: split R-hat {diagnostics['r_hat_max']:.3f} > 1.05 (worst site "
+                         f"{worst!r}); the draws are not from one posterior mode, run longer or check the chains")
+        if predictions is not None and not diagnostics["prediction_r_hat_max"] <= 1.05:
+            notes.append(f"chains predict differently: split R-hat {diagnostics['prediction_r_hat_max']:.3f} > 1.05 "
+                         "on the predictions; run longer or check the chains")
     if diagnostics["divergence_rate"] > 0.01:
         notes.append(f"{divergences} divergent transitions ({100 * diagnostics['divergence_rate']:.1f} %): raise "
                      "target_accept or reparameterize the prior")

@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -45,7 +47,8 @@ from pyrobnn.infer.optim import Optim, make_scheduler
 from pyrobnn.infer.predict import predictive_outputs
 from pyrobnn.infer.schedules import Constant
 
-__all__ = ["fit", "svi_step", "check_objective", "TrainingDiverged", "History", "Callback", "PRECISIONS"]
+__all__ = ["fit", "svi_step", "compiled_terms", "check_objective", "TrainingDiverged", "History", "Callback",
+           "PRECISIONS"]
 
 PRECISIONS = ("fp32", "bf16")
 """Arithmetic of the network's matmuls and convolutions: float32, or bfloat16 under ``torch.autocast`` (the
@@ -92,7 +95,7 @@ def check_objective(estimator: str, num_particles: int, elbo=None) -> None:
 
 def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *,
              elbo=None, beta: float = 1.0, estimator: str = "sample", num_particles: int = 1,
-             precision: str = "fp32"):
+             precision: str = "fp32", compile: bool | str = False):
     """One gradient step on the β-annealed negative ELBO of a minibatch; returns its
     :class:`~pyrobnn.infer.elbo.ELBOTerms`.
 
@@ -101,9 +104,59 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     uses a Bayesian parameter outside a Linear/Conv layer. An explicit ``elbo`` draws its own
     particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
     ``precision="bf16"`` runs the network under ``torch.autocast`` (see :data:`PRECISIONS`).
-    The update is skipped (and the terms returned) when the loss is not finite.
+    ``compile`` (True, or the name of a ``torch.compile`` backend) computes the loss and its gradient by
+    ``torch.compile`` (:func:`compiled_terms`). The update is skipped (and the terms returned) when the loss is
+    not finite.
     """
     check_objective(estimator, num_particles, elbo)
+    terms_of = _terms
+    if compile:  # one compiled function per guide, backend and estimator: a fallback concerns that model only
+        terms_of = _COMPILED.setdefault(guide, {}).get((compile, estimator))
+        if terms_of is None:
+            terms_of = _COMPILED[guide][compile, estimator] = compiled_terms(compile)
+    terms = terms_of(model, guide, x, y, elbo, beta, estimator, num_particles, precision)
+    _update(optim, terms.loss)
+    return terms
+
+
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def compiled_terms(backend: bool | str = True) -> Callable:
+    """The loss terms of :func:`svi_step`, ``terms(model, guide, x, y, elbo, beta, estimator, num_particles,
+    precision)``, computed under ``torch.compile`` (``backend``: True for inductor, or a backend's name, e.g.
+    ``"aot_eager"``), for the steps of one training run; the gradient then comes from the compiled backward. A
+    plain SVI script gets the same with ``torch.compile`` around its loss::
+
+        loss_fn = torch.compile(lambda x, y: MeanFieldELBO().differentiable_loss(model, guide, x, y))
+
+    Pyro's effect handlers run in Python between compiled regions (graph breaks), which bounds the gain
+    (``benchmarks/suite.py`` measures it). Where compiling fails (an operation or platform ``torch.compile`` does
+    not support) it warns once and the step runs eagerly."""
+    backend = "inductor" if backend is True else backend
+    if not isinstance(backend, str):
+        raise ValueError(f"compile must be True, False or the name of a torch.compile backend, got {backend!r}")
+    compiled, fell_back = torch.compile(_terms, backend=backend), []
+
+    def terms(*args):
+        if fell_back:
+            return _terms(*args)
+        try:
+            return compiled(*args)
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # an error of the model itself is raised again by the eager step
+            result = _terms(*args)
+            fell_back.append(error)
+            warnings.warn(f"torch.compile (backend {backend!r}) failed on this model, training eagerly instead: "
+                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
+                          RuntimeWarning, stacklevel=3)
+            return result
+
+    return terms
+
+
+def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision):
     elbo = elbo if elbo is not None else MeanFieldELBO()
     arithmetic = _precision(precision, x.device)
     try:
@@ -114,11 +167,25 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     except ParticlesUnsupported:
         with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
-    if torch.isfinite(terms.loss):
-        optim.zero_grad(set_to_none=True)
-        terms.loss.backward()
-        optim.step()
     return terms
+
+
+def _update(optim: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """``optim`` steps on ``loss``'s gradient, unless the loss is not finite. A fused optimiser (as
+    :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told so on the device (``found_inf``, as
+    ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation; another reads the loss."""
+    if getattr(optim, "_step_supports_amp_scaling", False):
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.found_inf = torch.isnan(loss.detach() * 0).float()  # inf * 0 and nan * 0 are nan
+        try:
+            optim.step()
+        finally:
+            del optim.found_inf
+    elif torch.isfinite(loss):
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
 
 
 def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, transform=None) -> None:
@@ -149,6 +216,7 @@ def fit(
     num_data: int | None = None,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     precision: str = "fp32",
+    compile: bool | str = False,
     seed: int = 0,
     device: str | torch.device = "auto",
     checkpoint: str | Path | None = None,
@@ -179,6 +247,8 @@ def fit(
     :param transform: applied to every training batch on the device (augmentation, uint8 to float:
         :class:`pyrobnn.data.augment.ImageAugment`).
     :param precision: ``"fp32"`` or ``"bf16"`` (the network under ``torch.autocast``; KL and log-likelihood in fp32).
+    :param compile: compute each step's loss and gradient under ``torch.compile`` (True, or a backend's name;
+        :func:`compiled_terms`), falling back to eager steps with one warning where the model cannot compile.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
     :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).
@@ -204,6 +274,8 @@ def fit(
         raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
                          f"got {num_data!r}")
     choice("precision", precision, PRECISIONS)
+    if compile:
+        compiled_terms(compile)  # checks the value before anything runs
     if ESTIMATORS[estimator].stochastic:
         check_components(guide.num_components, batch_size, num_particles, x.shape[0])
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
@@ -242,7 +314,8 @@ def fit(
             order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
             record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
                                estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
-                               on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps)
+                               on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps,
+                               compile=compile)
             scheduler.step()
             for callback in callbacks:
                 callback(epoch, record)
@@ -286,7 +359,7 @@ class _Run:
         })
 
     def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
-              on_step, transform=None, precision="fp32", warmup_steps=0) -> dict:
+              on_step, transform=None, precision="fp32", warmup_steps=0, compile=False) -> dict:
         """One pass over ``batches`` (index tensors); returns the epoch's record."""
         tick = time.perf_counter()
         num_data, steps = self.model.num_data, len(batches)
@@ -303,7 +376,7 @@ class _Run:
                 for group, rate in zip(self.optim.param_groups, rates):
                     group["lr"] = rate * min(1.0, (epoch * steps + step + 1) / warmup_steps)
             terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
-                             num_particles=num_particles, precision=precision)
+                             num_particles=num_particles, precision=precision, compile=compile)
             # one device-to-host copy per step for the logged terms
             values = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(terms.nll)]).tolist()
             if not math.isfinite(values[0]):

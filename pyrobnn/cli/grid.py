@@ -1,0 +1,178 @@
+r"""``pyrobnn train --grid``: hyper-parameters chosen on an 80/20 split of the training set, never on the test set.
+
+The protocol of the UCI regression benchmark (Hernández-Lobato & Adams 2015; Gal & Ghahramani 2016, whose
+``experiment.py`` this follows): every combination of the grid's values is trained on the first 80 % of the
+training set (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is not even read) and scored on
+the held-out 20 % by the log-likelihood of its predictive mixture (classification: minus the NLL), in the target's
+original units; the run is then trained on the whole training set with the best combination (the first one on
+ties), and ``metrics.json`` records every point under ``selection``.
+
+A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
+(``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
+or ``tau``: a noise precision :math:`\tau` in the target's original units, the convention of Gal's
+``tau_values.txt``, whose test log-likelihood is :math:`\log\frac1T\sum_t\mathcal N(y;\hat y_t,\tau^{-1})` with
+:math:`\hat y_t` in original units. A model of the standardised target :math:`\tilde y = (y - \mu_y)/s_y` then has
+the likelihood scale :math:`\sigma = 1/(\sqrt\tau\, s_y)` (``--likelihood.scale``), with :math:`s_y` the standard
+deviation of the rows it trains on. ``protocol`` is the data set's own grid (:func:`~pyrobnn.data.uci_protocol`):
+``tau_values.txt``, and ``dropout_rates.txt`` as ``guide.rate`` for ``--guide dropout``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import time
+import typing
+from pathlib import Path
+from typing import Literal, Union
+
+import pyro
+
+from pyrobnn.cli.build import build, check_run
+from pyrobnn.cli.options import DataOptions, OutputOptions, RunConfig
+from pyrobnn.cli.report import num, say
+from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
+from pyrobnn.data import uci_protocol
+from pyrobnn.device import resolve_device
+from pyrobnn.infer.svi import fit
+
+__all__ = ["TAU", "PROTOCOL", "grid_axes", "configured", "select_hyperparameters"]
+
+TAU = "tau"
+"""The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
+
+PROTOCOL = "protocol"
+"""The grid entry that stands for the data set's own grid."""
+
+_SCALE = "--likelihood.scale"
+
+
+def _parse_value(name: str, text: str, annotation):
+    """``text`` as a value of an option of type ``annotation`` (a ``ValueError`` naming ``--grid`` and ``name``)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Union:  # Optional[X]
+        return _parse_value(name, text, next(a for a in args if a is not type(None)))
+    if origin is Literal:
+        if text not in args:
+            raise ValueError(f"--grid {name}: {text!r} is not one of {', '.join(map(str, args))}")
+        return text
+    if origin is tuple:  # one value per grid point: --grid hidden=50,100 is (50,) and (100,)
+        return (_parse_value(name, text, args[0]),)
+    if annotation is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"--grid {name}: {text!r} is not true or false")
+        return text.lower() == "true"
+    if annotation is Path:
+        return Path(text)
+    try:
+        return annotation(text)
+    except ValueError:
+        raise ValueError(f"--grid {name}: {text!r} is not a valid {annotation.__name__}") from None
+
+
+def _axis(cfg: RunConfig, spec: str) -> tuple[str, tuple[str, ...]]:
+    """``NAME=V1,V2,...`` as ``(NAME, values)``, the name checked against the run's options."""
+    name, sep, values = spec.partition("=")
+    name = name.strip().lstrip("-")
+    texts = tuple(v.strip() for v in values.split(",") if v.strip())
+    if not sep or not name or not texts:
+        raise ValueError(f"--grid {spec!r}: write NAME=V1,V2,... (e.g. guide.rate=0.01,0.05 tau=0.1,0.2) or "
+                         f"{PROTOCOL}")
+    if name == TAU:
+        return name, texts
+    fields = cfg.fields()
+    if "--" + name not in fields:
+        raise ValueError(f"--grid {name}: not an option of pyrobnn train (name a flag without its dashes, e.g. "
+                         f"guide.rate, likelihood.scale, prior.scale, lr; or {TAU})")
+    group, _ = fields["--" + name]
+    if isinstance(group, (DataOptions, OutputOptions)) or name == "grid":
+        raise ValueError(f"--grid {name}: only the model, prior, guide, likelihood and optimisation options are "
+                         "chosen on held-out data, not the data and output options")
+    return name, texts
+
+
+def grid_axes(cfg: RunConfig) -> list[tuple[str, tuple[str, ...]]]:
+    """The grid of ``--grid`` as ``[(name, values), ...]`` (``protocol`` expanded from the data set's files);
+    a ``ValueError`` for a malformed entry, an unknown or repeated name, or ``tau`` beside ``likelihood.scale``."""
+    axes = []
+    for spec in cfg.optim.grid:
+        if spec.strip() == PROTOCOL:
+            protocol = uci_protocol(cfg.data.dataset, cfg.data.data_root)
+            if cfg.guide.name == "dropout" and protocol.dropout_rates:
+                axes.append(("guide.rate", tuple(map(repr, protocol.dropout_rates))))
+            if protocol.tau_values:
+                axes.append((TAU, tuple(map(repr, protocol.tau_values))))
+        else:
+            axes.append(_axis(cfg, spec))
+    names = [name for name, _ in axes]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"--grid names {', '.join(repeated)} more than once ({PROTOCOL} stands for "
+                         "guide.rate and tau)")
+    if TAU in names and "likelihood.scale" in names:
+        raise ValueError(f"--grid {TAU} sets likelihood.scale: name one of them")
+    return axes
+
+
+def configured(cfg: RunConfig, point: dict[str, str], data) -> RunConfig:
+    """A copy of ``cfg`` with the grid point's values; ``tau`` becomes ``--likelihood.scale`` =
+    :math:`1/(\\sqrt\\tau\\, s_y)` with :math:`s_y` = ``data.y_std`` (1 for targets that were not standardised)."""
+    run = copy.deepcopy(cfg)
+    fields = run.fields()
+    for name, text in point.items():
+        if name == TAU:
+            tau = _parse_value(name, text, float)
+            if not (math.isfinite(tau) and tau > 0):
+                raise ValueError(f"--grid {TAU}: the noise precision must be a positive number, got {text}")
+            if data.y_std is not None and data.y_std.numel() != 1:
+                raise ValueError(f"--grid {TAU} needs one target; {cfg.data.dataset} has {data.y_std.numel()}")
+            y_std = 1.0 if data.y_std is None else float(data.y_std)
+            group, field_name = fields[_SCALE]
+            setattr(group, field_name, 1.0 / (math.sqrt(tau) * y_std))
+        else:
+            group, field_name = fields["--" + name]
+            setattr(group, field_name, _parse_value(name, text, typing.get_type_hints(type(group))[field_name]))
+    return run
+
+
+def _shown(point: dict[str, str]) -> str:
+    return " ".join(f"{name}={text}" for name, text in point.items())
+
+
+def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None]:
+    """The run's configuration with the ``--grid`` point of highest held-out score, for ``data`` (the run's
+    dataset, whose target scale sets ``tau``), and the record of the search (``None`` without ``--grid``):
+    ``{"grid", "score", "fit_size", "held_out_size", "points": [{"values", <metrics>}], "chosen", "seconds"}``."""
+    if not cfg.optim.grid:
+        return cfg, None
+    if cfg.output.resume:
+        raise ValueError("--resume does not apply to a run with --grid: the search trains runs that are not "
+                         "checkpointed; train again into a new --out")
+    axes = grid_axes(cfg)
+    points = [dict(zip([name for name, _ in axes], values)) for values in itertools.product(*(v for _, v in axes))]
+    held = load_data(cfg, validation=True)
+    runs = [configured(cfg, point, held) for point in points]
+    for run in runs:  # every point's options are checked before any is trained
+        check_run(run)
+    classification = held.task == "classification"
+    score = "nll" if classification else "log_likelihood"
+    device = resolve_device(cfg.optim.device)
+    say(f"--grid: {len(points)} points, each trained on {len(held.x_train)} examples and scored on "
+        f"{len(held.x_test)} held out ({score})")
+    tick, records = time.perf_counter(), []
+    for i, (point, run) in enumerate(zip(points, runs)):
+        pyro.set_rng_seed(run.optim.seed)  # weight initialisation
+        model, guide = build(run, held)
+        fit(model, guide, held.x_train, held.y_train, **fit_options(run), device=device, progress=False)
+        metrics = test_report(model, guide, held, run.output.num_samples, run.optim.seed,
+                              moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
+        records.append({"values": point, **metrics})
+        say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
+    sign = -1.0 if classification else 1.0
+    best = max(range(len(points)), key=lambda i: sign * records[i][score])
+    chosen = configured(cfg, points[best], data)
+    say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
+    return chosen, {"grid": {name: list(values) for name, values in axes}, "score": score,
+                    "fit_size": len(held.x_train), "held_out_size": len(held.x_test), "points": records,
+                    "chosen": points[best], "seconds": time.perf_counter() - tick}

@@ -1,0 +1,329 @@
+r"""NUTS for C chains in lockstep: one batched leapfrog step of every chain per potential evaluation.
+
+:class:`BatchedNUTS` is the No-U-Turn sampler (Hoffman & Gelman 2014) with multinomial sampling along the
+trajectory and the generalised U-turn criterion (Betancourt 2017), its tree built iteratively, without
+recursion (Phan, Pradhan & Jankowiak 2019, as NumPyro builds it), for C chains held as one ``(C, D)`` state.
+Every chain doubles its trajectory at the same time: at depth d, all chains whose trees are still growing take
+the same 2^d leapfrog steps, each one batched call of the potential and its gradient
+(:class:`~pyrobnn.infer.potential.BatchedPotential`). A chain whose tree has finished (a U-turn, a divergence,
+the maximum depth) or whose new subtree has stopped is masked: its step size is zero for the rest of the
+doubling, so it costs nothing beyond its share of the batched pass, and none of its state changes. The leaf
+index within a subtree is the same for every chain, so the checkpoints of the iterative U-turn check are
+Python integers; the loop reads one flag from the device per leaf on CPU (free there) and per power-of-two
+leaf elsewhere, where a read waits for the device.
+
+:func:`sample_chains` runs warm-up as Stan does, per chain: the step size by dual averaging towards the target
+acceptance statistic, a diagonal inverse mass matrix from the variance of the draws of each slow window
+(:func:`~pyrobnn.infer.hmc_util.adaptation_windows`), and the step size searched again (Hoffman & Gelman 2014,
+algorithm 4) at the start and after every window. All random numbers come from one ``torch.Generator``, so a
+seed gives the same draws on the same device.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pyrobnn.checks import choice, one_line
+from pyrobnn.infer.hmc_util import (
+    DualAveraging,
+    PotentialAndGrad,
+    Subtree,
+    WelfordVariance,
+    adaptation_windows,
+    checkpoint_range,
+    extend_subtree,
+    is_turning,
+    kinetic_energy,
+    leapfrog,
+)
+
+__all__ = ["BatchedNUTS", "Transition", "sample_chains", "compiled", "COMPILERS"]
+
+COMPILERS = ("script", "inductor", "eager")
+"""How :class:`BatchedNUTS` runs a leaf of the tree (see its ``compiler``)."""
+
+MAX_DELTA_ENERGY = 1000.0
+"""A leapfrog step whose energy error :math:`H(z', r') - H(z_0, r_0)` exceeds this diverges (Stan's and
+NumPyro's threshold)."""
+
+
+def compiled(fn, example: tuple, compiler: str):
+    """``fn`` (tensors in, a tuple of tensors out) as one graph of ATen operations, forward and backward passes
+    included (``make_fx`` runs it once on ``example`` and records every operation), run by TorchScript
+    (``"script"``) or compiled by ``torch.compile`` (``"inductor"``); ``"eager"`` returns ``fn`` itself. The graph
+    is checked against ``fn`` on ``example``; a graph that differs (control flow on tensor values, frozen by the
+    trace) is refused with a ``RuntimeError``."""
+    if compiler == "eager":
+        return fn
+    example = tuple(value.clone() for value in example)  # the trace tells inputs apart by identity
+    graph = make_fx(fn)(*example)
+    if compiler == "script":
+        with warnings.catch_warnings():  # torch.jit is deprecated in favour of torch.compile, which compiles for
+            warnings.simplefilter("ignore")  # seconds per graph on a small CPU (compiler="inductor")
+            graph = torch.jit.trace(graph, example, check_trace=False)
+    else:
+        graph = torch.compile(graph, dynamic=False)
+    expected, got = fn(*example), graph(*example)
+    for a, b in zip(expected, got):
+        if not (a.shape == b.shape and (torch.equal(a, b) if a.dtype == torch.bool else torch.allclose(
+                a, b, rtol=1e-4, atol=1e-4, equal_nan=True))):
+            raise RuntimeError(f"compiler={compiler!r}: the traced graph differs from the eager computation (does "
+                               "the network branch on tensor values?); use compiler='eager'")
+    return graph
+
+
+@dataclass
+class Transition:
+    """One NUTS transition of every chain: the new state and its statistics, each ``(C,)``."""
+
+    z: torch.Tensor
+    potential: torch.Tensor
+    grad: torch.Tensor
+    accept_prob: torch.Tensor  # mean Metropolis acceptance min(1, exp(-ΔH)) over the trajectory
+    num_steps: torch.Tensor  # leapfrog steps taken
+    tree_depth: torch.Tensor  # doublings done
+    diverging: torch.Tensor
+    energy: torch.Tensor  # H(z, r) at the new state
+
+
+class BatchedNUTS:
+    """The NUTS kernel for C chains in lockstep (see the module docstring).
+
+    :param potential_and_grad: ``z (C, D) -> (U (C,), ∇U (C, D))``, one batched evaluation.
+    :param max_tree_depth: at most ``2**max_tree_depth - 1`` leapfrog steps per transition.
+    :param generator: the source of every random number (momenta, directions, multinomial choices).
+    :param compiler: how a leaf of the tree (:func:`~pyrobnn.infer.hmc_util.extend_subtree`: a leapfrog step with
+        the potential's forward and backward pass, and the sampler's bookkeeping) runs: ``"script"`` (default)
+        traces it once into one graph of ATen operations (``make_fx``) run by TorchScript, in milliseconds;
+        ``"inductor"`` compiles that graph with ``torch.compile`` (seconds, then about twice as fast on CPU);
+        ``"eager"`` runs it from Python, operation by operation (for networks whose forward pass branches on
+        the values of tensors, which a trace would freeze).
+    """
+
+    def __init__(self, potential_and_grad: PotentialAndGrad, *, max_tree_depth: int = 10,
+                 max_delta_energy: float = MAX_DELTA_ENERGY, generator: torch.Generator | None = None,
+                 compiler: str = "script"):
+        self.potential_and_grad = potential_and_grad
+        self.max_tree_depth = max_tree_depth
+        self.max_delta_energy = max_delta_energy
+        self.generator = generator
+        self.compiler = choice("compiler", compiler, COMPILERS)
+        self._leaf = self._potential = None
+        self._masks = {}
+
+    def _rand(self, like: torch.Tensor, *shape: int) -> torch.Tensor:
+        return torch.rand(shape or like.shape, generator=self.generator, dtype=like.dtype, device=like.device)
+
+    def momentum(self, inverse_mass: torch.Tensor) -> torch.Tensor:
+        r""":math:`r \sim \mathcal N(0, M)` per chain, :math:`M` diagonal."""
+        noise = torch.randn(inverse_mass.shape, generator=self.generator, dtype=inverse_mass.dtype,
+                            device=inverse_mass.device)
+        return noise * inverse_mass.rsqrt()
+
+    def potential(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The potential and its gradient at ``z`` ``(C, D)``, through the compiled graph."""
+        if self._potential is None:
+            self._potential = self._compiled(self.potential_and_grad, (z,))
+        return self._potential(z)
+
+    def _compiled(self, fn, example: tuple):
+        try:
+            return compiled(fn, example, self.compiler)
+        except (RuntimeError, TypeError, NotImplementedError) as error:  # what tracing raises on what it cannot run
+            warnings.warn(f"NUTS runs the leapfrog step eagerly, not as one {self.compiler} graph (slower): "
+                          f"{one_line(error, 300)}", RuntimeWarning, stacklevel=3)
+            self.compiler = "eager"
+            return fn
+
+    def _extend(self, *args):
+        tree, rest = Subtree(*args[:len(Subtree._fields)]), args[len(Subtree._fields):]
+        tree, p, a = extend_subtree(tree, *rest, max_delta_energy=self.max_delta_energy,
+                                    potential_and_grad=self.potential_and_grad)
+        return (*tree, p, a)
+
+    def _check_mask(self, low: int, high: int, like: torch.Tensor) -> torch.Tensor:
+        if (low, high) not in self._masks:
+            mask = torch.zeros(self.max_tree_depth, dtype=torch.bool, device=like.device)
+            mask[low:high + 1] = True
+            self._masks[low, high] = mask
+        return self._masks[low, high]
+
+    def transition(self, z: torch.Tensor, potential: torch.Tensor, grad: torch.Tensor, step_size: torch.Tensor,
+                   inverse_mass: torch.Tensor) -> Transition:
+        """One NUTS transition of every chain from ``z`` ``(C, D)`` (with its potential ``(C,)`` and gradient),
+        step sizes ``(C,)`` and diagonal inverse mass matrices ``(C, D)``."""
+        chains, dim = z.shape
+        r = self.momentum(inverse_mass)
+        energy0 = potential + kinetic_energy(r, inverse_mass)
+        # the tree: its two ends and its proposal, each (z, r, grad) stacked as (C, 3, D)
+        left = right = proposal = torch.stack([z, r, grad], 1)
+        proposal_potential = potential
+        log_weight = torch.zeros_like(potential)  # log of the sum over the trajectory of exp(-ΔH)
+        r_sum = r
+        turning = torch.zeros(chains, dtype=torch.bool, device=z.device)
+        diverging = torch.zeros_like(turning)
+        depth = torch.zeros(chains, dtype=torch.long, device=z.device)
+        sum_accept = torch.zeros_like(potential)
+        num_steps = torch.zeros_like(potential)
+        checkpoints = (z.new_zeros(chains, self.max_tree_depth, dim), z.new_zeros(chains, self.max_tree_depth, dim),
+                       z.new_zeros(chains, self.max_tree_depth))
+        growing = ~turning
+        for d in range(self.max_tree_depth):
+            if d > 0:
+                growing = ~(turning | diverging)
+                if not bool(growing.any()):  # one read per doubling
+                    break
+            going_right = self._rand(potential) < 0.5
+            signed_step = torch.where(going_right, step_size, -step_size) * growing
+            sub = self._subtree(torch.where(going_right[:, None, None], right, left), 2 ** d, signed_step, growing,
+                                energy0, inverse_mass, checkpoints)
+            sum_accept = sum_accept + sub.sum_accept
+            num_steps = num_steps + sub.num_steps
+            # biased progressive sampling (Betancourt 2017, A.3.2): move to the new subtree with probability
+            # min(1, w_new / w_old), never into a subtree that turned or diverged
+            move_prob = torch.exp(sub.log_weight - log_weight).clamp(max=1.0)
+            move = growing & ~sub.turning & ~sub.diverging & (self._rand(potential) < move_prob)
+            proposal = torch.where(move[:, None, None], sub.proposal, proposal)
+            proposal_potential = torch.where(move, sub.proposal_potential, proposal_potential)
+            log_weight = torch.where(growing, torch.logaddexp(log_weight, sub.log_weight), log_weight)
+            right = torch.where((growing & going_right)[:, None, None], sub.leaf, right)
+            left = torch.where((growing & ~going_right)[:, None, None], sub.leaf, left)
+            r_sum = torch.addcmul(r_sum, sub.r_sum, growing[:, None].to(r_sum.dtype))
+            r_left, r_right = left[:, 1], right[:, 1]
+            whole_turning = is_turning(inverse_mass * r_left, inverse_mass * r_right, r_left, r_right, r_sum)
+            turning = turning | (growing & (sub.turning | whole_turning))
+            diverging = diverging | sub.diverging
+            depth = depth + growing.long()
+        z, r, grad = proposal.unbind(1)
+        return Transition(z, proposal_potential, grad, sum_accept / num_steps, num_steps, depth, diverging,
+                          proposal_potential + kinetic_energy(r, inverse_mass))
+
+    def _subtree(self, leaf, num_leaves, signed_step, growing, energy0, inverse_mass, checkpoints) -> Subtree:
+        """``num_leaves`` leapfrog steps from ``leaf`` (C, 3, D) for the ``growing`` chains: the subtree built
+        iteratively, one :func:`~pyrobnn.infer.hmc_util.extend_subtree` per leaf."""
+        step = signed_step[:, None] * inverse_mass
+        half_step = 0.5 * signed_step[:, None]
+        uniforms = self._rand(energy0, num_leaves, energy0.shape[0])
+        zeros, no = torch.zeros_like(energy0), torch.zeros_like(growing)
+        tree = Subtree(leaf, leaf, zeros, zeros, leaf[:, 1], zeros, zeros, no, no, growing)
+        if self._leaf is None:
+            example = (*tree, *checkpoints, self._check_mask(1, 0, leaf), self._first(True, leaf), uniforms[0],
+                       step, half_step, inverse_mass, energy0)
+            self._leaf = self._compiled(self._extend, example)
+        check_every_leaf = leaf.device.type == "cpu"
+        for i in range(num_leaves):
+            low, high = checkpoint_range(i)
+            check, first = self._check_mask(low, high, leaf), self._first(i == 0, leaf)
+            *fields, p, a = self._leaf(*tree, *checkpoints, check, first, uniforms[i], step, half_step, inverse_mass,
+                                       energy0)
+            tree = Subtree(*fields)
+            if i % 2 == 0:  # leaf i opens balanced sub-trajectories: keep what their U-turn checks need
+                for buffer, value in zip(checkpoints, (tree.leaf[:, 1], p, a)):
+                    buffer[:, high] = value
+            if i + 1 < num_leaves and (check_every_leaf or (i + 1) & i == 0) and not bool(tree.active.any()):
+                break
+        return tree
+
+    def _first(self, first: bool, like: torch.Tensor) -> torch.Tensor:
+        if first not in self._masks:
+            self._masks[first] = torch.tensor(first, device=like.device)
+        return self._masks[first]
+
+    def find_step_size(self, z: torch.Tensor, potential: torch.Tensor, grad: torch.Tensor, step_size: torch.Tensor,
+                       inverse_mass: torch.Tensor, max_rounds: int = 100) -> torch.Tensor:
+        r"""A reasonable first step size per chain (Hoffman & Gelman 2014, algorithm 4): double (or halve) it
+        while one leapfrog step from ``z`` with fresh momentum is accepted with probability above (or below)
+        0.8, and stop at the first step size where that flips."""
+        target = math.log(0.8)
+        direction = torch.zeros_like(step_size)
+        last = torch.zeros_like(step_size)
+        searching = torch.ones_like(step_size, dtype=torch.bool)
+        tiny, huge = torch.finfo(step_size.dtype).tiny, torch.finfo(step_size.dtype).max
+        for _ in range(max_rounds):
+            step_size = torch.where(searching, step_size * torch.pow(2.0, direction), step_size).clamp(tiny, huge)
+            r = self.momentum(inverse_mass)
+            eps = (step_size * searching)[:, None]
+            _, r_new, potential_new, _ = leapfrog(z, r, grad, eps * inverse_mass, 0.5 * eps, self.potential)
+            delta = potential_new + kinetic_energy(r_new, inverse_mass) - potential - kinetic_energy(r, inverse_mass)
+            new_direction = torch.where(target < -delta, 1.0, -1.0).to(step_size.dtype)
+            last, direction = torch.where(searching, direction, last), torch.where(searching, new_direction, direction)
+            at_limit = ((step_size <= tiny) & (direction < 0)) | ((step_size >= huge) & (direction > 0))
+            searching = searching & ((last == 0) | (direction == last)) & ~at_limit
+            if not bool(searching.any()):
+                break
+        return step_size
+
+
+def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, num_samples: int, warmup: int,
+                  target_accept: float = 0.8, max_tree_depth: int = 10, generator: torch.Generator | None = None,
+                  progress: bool = False, max_delta_energy: float = MAX_DELTA_ENERGY,
+                  compiler: str = "script") -> tuple[torch.Tensor, dict]:
+    """Run C chains of NUTS from ``init`` ``(C, D)``: ``warmup`` adapting iterations (discarded), then
+    ``num_samples`` kept.
+
+    :returns: ``(draws, stats)``: draws ``(C, num_samples, D)``; ``stats`` holds per draw ``(C, num_samples)``
+        ``accept_prob``, ``num_steps``, ``tree_depth``, ``diverging``, ``energy``, and per chain ``step_size``
+        ``(C,)``, ``inverse_mass`` ``(C, D)``, ``warmup_divergences`` ``(C,)``.
+    """
+    kernel = BatchedNUTS(potential_and_grad, max_tree_depth=max_tree_depth, max_delta_energy=max_delta_energy,
+                         generator=generator, compiler=compiler)
+    z = init.detach().clone()
+    chains, dim = z.shape
+    potential, grad = kernel.potential(z)
+    bad = ~(torch.isfinite(potential) & torch.isfinite(grad).all(-1))
+    if bool(bad.any()):
+        raise RuntimeError(f"the potential energy or its gradient is not finite at the initial weights of chain(s) "
+                           f"{bad.nonzero().flatten().tolist()}: start from finite weights with a finite likelihood")
+    inverse_mass = torch.ones_like(z)
+    step_size = kernel.find_step_size(z, potential, grad, torch.ones_like(potential), inverse_mass)
+    averaging = DualAveraging(torch.log(10 * step_size))
+    windows = adaptation_windows(warmup)
+    window = 0
+    variance = WelfordVariance(z)
+    names = ("accept_prob", "num_steps", "tree_depth", "diverging", "energy")
+    record = {name: [] for name in names}
+    draws = z.new_empty(num_samples, chains, dim)
+    warmup_divergences = torch.zeros(chains, dtype=torch.long, device=z.device)
+    bar = _progress(warmup + num_samples, chains, progress)
+    for t in range(warmup + num_samples):
+        step = kernel.transition(z, potential, grad, step_size, inverse_mass)
+        z, potential, grad = step.z, step.potential, step.grad
+        if t < warmup:
+            warmup_divergences += step.diverging.long()
+            log_step = averaging.update(target_accept - step.accept_prob)
+            step_size = torch.exp(averaging.x_avg if t == warmup - 1 else log_step).clamp(
+                torch.finfo(z.dtype).tiny, torch.finfo(z.dtype).max)
+            slow = 0 < window < len(windows) - 1
+            if slow:
+                variance.update(z)
+            if t == windows[window].end:
+                if slow:
+                    inverse_mass = variance.variance()
+                    variance.reset()
+                    step_size = kernel.find_step_size(z, potential, grad, step_size, inverse_mass)
+                    averaging = DualAveraging(torch.log(10 * step_size))
+                window += 1
+        else:
+            draws[t - warmup] = z
+            for name in names:
+                record[name].append(getattr(step, name))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    stats = {name: torch.stack(values, 1) if values else z.new_empty(chains, 0) for name, values in record.items()}
+    stats.update(step_size=step_size, inverse_mass=inverse_mass, warmup_divergences=warmup_divergences)
+    return draws.transpose(0, 1), stats
+
+
+def _progress(total: int, chains: int, show: bool):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"NUTS, {chains} chains in one batch", unit="it")

@@ -1,0 +1,127 @@
+r"""Deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017): M point estimates as an empirical posterior.
+
+:func:`fit_ensemble` is called as :func:`~pyrobnn.infer.svi.fit` is, on member 0's model and guide, and builds member
+:math:`m \ge 1` by ``make_member(m)`` after ``pyro.set_rng_seed(seed + m)`` (its own initialisation); member m
+trains with ``seed + m`` (its own data order), as a MAP fit (:class:`~pyrobnn.guides.PointGuide`). The ensemble
+predicts with the uniform mixture of its members,
+
+.. math:: p(y \mid x) = \frac1M \sum_{m=1}^M p(y \mid x, w_m),
+
+which is the predictive of the empirical posterior :math:`q(w) = \frac1M \sum_m \delta(w - w_m)`: a
+:class:`~pyrobnn.guides.empirical.PosteriorDraws` whose draws are the members' values, the object that holds NUTS
+draws, so ``predict(model, result.posterior(), x, num_samples=M)`` and ``evaluate`` need nothing new.
+
+Only the Bayesian sites are replayed, so members must not differ anywhere else: a network with trained
+deterministic state (BatchNorm, weights under a node prior, a learned noise scale) is refused before anything is
+trained (its sites could be made Bayesian with ``include=``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pyro
+import torch
+
+from pyrobnn._compat import BatchNormBase
+from pyrobnn.checks import positive_int
+from pyrobnn.guides.empirical import PosteriorDraws
+from pyrobnn.guides.point import point_values
+from pyrobnn.infer.svi import Callback, History, fit
+
+__all__ = ["EnsembleResult", "fit_ensemble", "member_checkpoint", "trained_state"]
+
+
+@dataclass
+class EnsembleResult:
+    """The members' point values ``{site: (M, ...)}``, the network they are replayed in (member 0's), and each
+    member's training history (its records carry ``"member"``)."""
+
+    model: torch.nn.Module
+    draws: dict[str, torch.Tensor]
+    histories: list[History] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return next(iter(self.draws.values())).shape[0]
+
+    @property
+    def epochs(self) -> list[dict]:
+        """Every member's per-epoch records, member after member (as :attr:`History.epochs`)."""
+        return [record for history in self.histories for record in history.epochs]
+
+    def posterior(self) -> PosteriorDraws:
+        """The empirical posterior: call m replays member m (predict with ``num_samples=len(result)``)."""
+        return PosteriorDraws(self.draws)
+
+
+def trained_state(model) -> list[str]:
+    """Names of the model's state that training changes outside its Bayesian sites: deterministic parameters and
+    BatchNorm running statistics."""
+    names = [name for name, _ in model.named_parameters()]
+    names += [f"{name}.running_mean" for name, module in model.named_modules()
+              if isinstance(module, BatchNormBase) and module.track_running_stats]
+    return names
+
+
+def member_checkpoint(checkpoint: str | Path, member: int) -> Path:
+    """Member ``member``'s checkpoint: ``checkpoint`` itself for member 0, ``<stem>-member<m><suffix>`` beside it
+    for the others (``checkpoint.pt``, ``checkpoint-member1.pt``, ...)."""
+    path = Path(checkpoint)
+    return path if member == 0 else path.with_name(f"{path.stem}-member{member}{path.suffix}")
+
+
+def _tag(member: int) -> Callback:
+    def tag(epoch: int, record: dict) -> None:
+        record["member"] = member
+    return tag
+
+
+def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int,
+                 make_member: Callable[[int], tuple], seed: int = 0, checkpoint: str | Path | None = None,
+                 resume: bool = False, on_epoch_end: Callback | Sequence[Callback] | None = None,
+                 **fit_options) -> EnsembleResult:
+    """Train a deep ensemble of ``members`` MAP fits, as :func:`~pyrobnn.infer.svi.fit` trains one, and return their
+    empirical posterior (:class:`EnsembleResult`).
+
+    :param model, guide: member 0, a :class:`~pyrobnn.BayesianNetwork` and a point-estimate guide on it
+        (:class:`~pyrobnn.guides.PointGuide`), initialised after ``pyro.set_rng_seed(seed)`` for reproducible members.
+    :param x, y: the training data, as for :func:`~pyrobnn.infer.svi.fit`.
+    :param members: M.
+    :param make_member: ``m -> (model, guide)`` of member m >= 1, called after ``pyro.set_rng_seed(seed + m)`` (its
+        own initialisation); the same network and guide as member 0.
+    :param seed: member m trains with ``seed + m`` (its own data order and noise).
+    :param checkpoint: member m's checkpoint is :func:`member_checkpoint` (after every epoch); with ``resume`` each
+        member continues from its own (a finished member trains no further).
+    :param on_epoch_end: callbacks of every member's :func:`fit`, after one that sets the record's ``"member"``.
+    :param fit_options: the other options of :func:`~pyrobnn.infer.svi.fit` (epochs, optimizer, device, ...).
+    :raises ValueError: a guide that is no point estimate, or a network with trained deterministic state
+        (:func:`trained_state`), before anything is trained.
+    """
+    members = positive_int("members (M, the ensemble's size)", members)
+    point_values(guide)  # a point-estimate guide, checked before anything is trained
+    state = trained_state(model)
+    if state:
+        raise ValueError(
+            f"the network has trained deterministic state ({', '.join(state[:3])}{', ...' if len(state) > 3 else ''})"
+            " of which each ensemble member would need its own, but an empirical posterior replays only the Bayesian "
+            "sites: use a network without BatchNorm or a learned noise scale (or make those parameters Bayesian)")
+    if resume and checkpoint is None:
+        raise ValueError("resume=True needs checkpoint=<path of member 0's checkpoint>")
+    callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
+        else [on_epoch_end]
+    draws, histories = [], []
+    for m in range(members):
+        if m > 0:
+            pyro.set_rng_seed(seed + m)
+            member, member_guide = make_member(m)
+        else:
+            member, member_guide = model, guide
+        history = fit(member, member_guide, x, y, seed=seed + m,
+                      checkpoint=None if checkpoint is None else member_checkpoint(checkpoint, m), resume=resume,
+                      on_epoch_end=[_tag(m), *callbacks], **fit_options)
+        histories.append(history)
+        draws.append(point_values(member_guide))
+    stacked = {name: torch.stack([values[name] for values in draws]) for name in draws[0]}
+    return EnsembleResult(model, stacked, histories)

@@ -1,0 +1,163 @@
+r"""The Laplace approximation of a MAP fit's last layer, through ``laplace-torch`` (Daxberger et al. 2021).
+
+The network's last ``nn.Linear`` :math:`f(x) = W\phi(x) + b` gets the Gaussian posterior
+
+.. math:: q(W, b) = \mathcal N\big(\theta_{MAP}, P^{-1}\big), \qquad
+          P = \sum_{n=1}^N J_n^\top \Lambda_n J_n + \operatorname{diag}(\lambda),
+
+the generalised Gauss-Newton of the log likelihood at the MAP, :math:`J_n` the Jacobian of the output with respect to
+the last layer's weights and :math:`\Lambda_n` the Hessian of :math:`-\log p(y_n|f)` in the output (softmax:
+:math:`\operatorname{diag}(p) - pp^\top`; Gaussian: :math:`1/\sigma^2`), Kronecker-factored per parameter group
+(K-FAC: :math:`W` and :math:`b` are independent blocks), and :math:`\lambda` the prior precision, tuned by
+maximising the Laplace approximation of the marginal likelihood. Everything below the last layer, and every other
+site, stays at its MAP value. laplace-torch builds, tunes and samples the posterior (``Laplace(...,
+subset_of_weights="last_layer", hessian_structure="kron")``, ``optimize_prior_precision(method="marglik")``,
+``sample``); pyrobnn gives it the last layer as an ``nn.Linear`` on the features :math:`\phi(x)` of the MAP network,
+which is the same model, since the features do not depend on the last layer.
+
+The result is an empirical posterior (:class:`~pyrobnn.guides.empirical.PosteriorDraws`): S draws of the last
+layer, the other sites held at their MAP values, so ``predict``, ``evaluate`` and ``pyrobnn evaluate`` use it as
+they use NUTS draws. With a linear last layer the sampled predictive of the outputs is laplace-torch's linearised
+("GLM") predictive, up to Monte-Carlo error.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from pyro import poutine
+from torch import nn
+
+from pyrobnn.checks import positive_int
+from pyrobnn.device import device_of
+from pyrobnn.guides.empirical import PosteriorDraws
+from pyrobnn.guides.point import point_values
+from pyrobnn.infer.predict import prediction_mode
+from pyrobnn.model.likelihoods import Categorical, Gaussian
+
+__all__ = ["LaplaceResult", "fit_laplace", "last_layer_inputs", "last_linear"]
+
+
+@dataclass
+class LaplaceResult:
+    """Draws ``{site: (S, ...)}`` of the last layer and ``(1, ...)`` (the MAP value) of every other site, the tuned
+    prior precision (one value: laplace-torch's scalar prior), the log marginal likelihood there, and laplace-torch's
+    fitted ``KronLLLaplace`` (its model is the last layer alone: call it on :func:`last_layer_inputs`)."""
+
+    draws: dict[str, torch.Tensor]
+    prior_precision: list[float]
+    log_marginal_likelihood: float
+    laplace: Any
+
+    def __len__(self) -> int:
+        return max(value.shape[0] for value in self.draws.values())
+
+    def posterior(self) -> PosteriorDraws:
+        """The empirical posterior: call s replays draw s of the last layer (``num_samples=len(result)``)."""
+        return PosteriorDraws(self.draws)
+
+
+def last_linear(model) -> tuple[nn.Linear, dict[str, str]]:
+    """The network's last ``nn.Linear`` and ``{attribute: site name}`` of its Bayesian parameters (``weight`` needed);
+    a network without one is a ``ValueError``."""
+    linears = [module for module in model.net.modules() if isinstance(module, nn.Linear)]
+    if not linears:
+        raise ValueError("the last-layer Laplace approximation needs a network whose output layer is an nn.Linear; "
+                         f"{type(model.net).__name__} has none")
+    head = linears[-1]
+    sites = {site.attr: site.name for site in model.sites() if site.module is head}
+    if "weight" not in sites:
+        raise ValueError("the last nn.Linear of the network has no Bayesian weight: the last-layer Laplace "
+                         "approximation samples it (train with its parameters Bayesian, e.g. --bayesian all or "
+                         "last-layer, not a node prior)")
+    return head, sites
+
+
+@torch.no_grad()
+def last_layer_inputs(model, guide, x: torch.Tensor, batch_size: int = 1000,
+                      transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+    r"""The features :math:`\phi(x)` that the last ``nn.Linear`` of the network receives under the point-estimate
+    ``guide`` (eval mode), shape ``(N, in_features)``, on the guide's device. A network whose output is not that
+    layer's output (something follows it) is a ``ValueError``."""
+    head, _ = last_linear(model)
+    device = device_of(guide, model)
+    net = poutine.replay(model.run_net, trace=poutine.trace(guide).get_trace())
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hook = head.register_forward_hook(lambda module, inputs, output: seen.append((inputs[0], output)))
+    features = []
+    try:
+        with prediction_mode(model):
+            for part in x.split(batch_size):
+                part = part.to(device)
+                output = net(part if transform is None else transform(part))
+                inputs, last = seen.pop()
+                if last is not output:
+                    raise ValueError(f"the network's output is not its last nn.Linear's ({type(head).__name__} "
+                                     "feeds another operation): the last-layer Laplace approximation needs the last "
+                                     "layer to give the output")
+                features.append(inputs.reshape(len(part), -1))
+    finally:
+        hook.remove()
+    return torch.cat(features)
+
+
+def _likelihood(model) -> tuple[str, float]:
+    """laplace-torch's name of the model's likelihood, and its noise standard deviation (1 for classification)."""
+    if isinstance(model.likelihood, Categorical):
+        return "classification", 1.0
+    if isinstance(model.likelihood, Gaussian):
+        return "regression", float(model.likelihood.scale)
+    raise ValueError(f"the Laplace approximation takes a Categorical or Gaussian likelihood, not "
+                     f"{type(model.likelihood).__name__}")
+
+
+def fit_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 100, seed: int = 0,
+                batch_size: int = 1000, transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                ) -> LaplaceResult:
+    """The last-layer, Kronecker-factored Laplace approximation at a MAP fit, as ``num_samples`` posterior draws.
+
+    :param model: a :class:`~pyrobnn.BayesianNetwork` with a Categorical or Gaussian likelihood whose last module is
+        an ``nn.Linear`` with a Bayesian weight.
+    :param guide: its MAP fit (:class:`~pyrobnn.guides.PointGuide`).
+    :param x, y: the training data (the curvature is summed over all of it).
+    :param num_samples: S, the draws of the last layer.
+    :param seed: seeds the draws.
+    :param batch_size: examples per pass when computing features and curvature.
+    :param transform: applied to every batch of ``x`` on the device (e.g. ``ImageAugment.normalize`` for uint8
+        images), as in training but without random augmentation.
+    """
+    num_samples = positive_int("num_samples", num_samples)
+    try:
+        from laplace import Laplace
+    except ImportError:
+        raise ImportError("the Laplace approximation needs laplace-torch: pip install 'pyrobnn[laplace]'") from None
+    values = point_values(guide)
+    likelihood, sigma_noise = _likelihood(model)
+    head, sites = last_linear(model)
+    features = last_layer_inputs(model, guide, x, batch_size, transform)
+    linear = nn.Linear(features.shape[1], values[sites["weight"]].shape[0], bias="bias" in sites or
+                       getattr(head, "bias", None) is not None).to(features)
+    with torch.no_grad():
+        linear.weight.copy_(values[sites["weight"]])
+        if linear.bias is not None:
+            linear.bias.copy_(values[sites["bias"]] if "bias" in sites else head.bias)
+    targets = y.to(features.device)
+    laplace = Laplace(nn.Sequential(linear), likelihood, subset_of_weights="last_layer", hessian_structure="kron",
+                      sigma_noise=sigma_noise, last_layer_name="0")
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features, targets), batch_size=batch_size)
+    laplace.fit(loader)
+    with warnings.catch_warnings():  # about the link approximation of laplace-torch's own predictive, unused here
+        warnings.filterwarnings("ignore", message="By default `link_approx`")
+        laplace.optimize_prior_precision(method="marglik", pred_type="glm")
+    generator = torch.Generator(device=features.device).manual_seed(seed)
+    samples = laplace.sample(num_samples, generator=generator).detach()
+    draws = {name: value.unsqueeze(0) for name, value in values.items()}
+    weight = linear.weight.numel()
+    draws[sites["weight"]] = samples[:, :weight].reshape(num_samples, *linear.weight.shape)
+    if "bias" in sites:
+        draws[sites["bias"]] = samples[:, weight:].reshape(num_samples, *linear.bias.shape)
+    return LaplaceResult(draws, laplace.prior_precision.detach().cpu().flatten().tolist(),
+                         float(laplace.log_marginal_likelihood().detach()), laplace)

@@ -1,0 +1,266 @@
+r"""The potential energy of a network's posterior, :math:`U(\theta) = -\log p(w(\theta)) - \sum_n \log p(y_n \mid
+x_n, w(\theta))`, as a function of one flat vector :math:`\theta` of all Bayesian weights, for Hamiltonian Monte
+Carlo (Neal 2011; full batch).
+
+- :class:`FlatPotential`: one weight vector, the network run through the PyroModule cache without sample
+  statements (what ``pyro.infer.NUTS(potential_fn=...)`` takes);
+- :class:`BatchedPotential`: C weight vectors ``(C, D)`` in one batched pass of the network. Every Bayesian
+  weight is given its C values as a :class:`ChainWeights`, which every Linear/Conv layer applies in one batched
+  call in the particle layout of :mod:`pyrobnn.handlers.particles` (the layout ``weight_sampling(num_particles=C)``
+  uses: the B-row input shared by all chains, C·B rows after the first layer, chain-major). The gradient of all
+  C potentials is one autograd call on their sum (the chains do not interact, so :math:`\partial \sum_c U_c /
+  \partial\theta_c = \partial U_c / \partial\theta_c`). On small networks every PyTorch operation costs its
+  dispatch overhead, not its arithmetic, so C chains cost about what one does.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from pyro.distributions import constraints
+
+from pyrobnn._compat import pyro_context
+from pyrobnn.distributions import IsotropicNormal, LogUniform
+from pyrobnn.handlers.distribution_tensor import DistributionTensor
+from pyrobnn.handlers.lazy_value import LAYERS
+from pyrobnn.handlers.particles import Particles, ParticlesUnsupported, mismatched_rows_unsupported
+
+__all__ = ["check_prior", "FlatPotential", "ChainWeights", "BatchedPotential", "CannotBatch"]
+
+
+def check_prior(prior, value: torch.Tensor, where: str) -> None:
+    """Raise a ``ValueError`` (its message opens with ``where``) unless ``prior`` is a proper density on every
+    real number, one log density per parameter, finite at ``value``: what NUTS needs of :math:`p(w)`."""
+    if isinstance(prior, LogUniform):
+        raise ValueError(f"{where} is the improper log-uniform prior p(w) ~ 1/|w|, whose posterior is improper too "
+                         "(infinite mass at w = 0): NUTS needs a proper prior; use a Gaussian or scale-mixture prior")
+    support = prior.support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    if support is not constraints.real:
+        raise ValueError(f"{where} ({type(prior).__name__}) has support {prior.support}, not every real number: NUTS "
+                         "moves the weights freely over the reals; use a prior on all reals (a Gaussian or "
+                         "scale-mixture prior)")
+    try:
+        density = prior.log_prob(value)
+    except NotImplementedError:
+        raise ValueError(f"{where} ({type(prior).__name__}) has no density: NUTS needs log p(w); use a Gaussian or "
+                         "scale-mixture prior") from None
+    if density.shape != ():
+        raise ValueError(f"{where} ({type(prior).__name__}) gives log densities of shape {tuple(density.shape)}, not "
+                         f"one number: its event shape must be the parameter's shape {tuple(value.shape)} "
+                         f"(e.g. .to_event({value.dim()}))")
+    if not torch.isfinite(density):
+        raise ValueError(f"{where} ({type(prior).__name__}) has log density {density} at the network's weights: "
+                         "NUTS needs a proper prior with a finite density")
+
+
+class FlatPotential:
+    r"""The potential energy :math:`U(\theta)` of a network's posterior on full-batch data ``(x, y)``.
+
+    :math:`\theta` is the concatenation of every Bayesian weight (in :meth:`BayesianNetwork.sites` order);
+    the network runs with those weights through the PyroModule cache, without sample statements, and the
+    likelihood is the model's own (:meth:`Likelihood.distribution`), unscaled (the batch is the data set).
+    Called with ``{"weights": theta}`` as ``NUTS(potential_fn=...)`` does. Deterministic parameters of the
+    model (e.g. a learned noise scale) are held at their current values.
+    """
+
+    def __init__(self, model, x: torch.Tensor, y: torch.Tensor):
+        self.model, self.x, self.y = model, x, y
+        sites = model.sites()
+        if not sites:
+            raise ValueError("the model has no Bayesian parameters to sample (was it built with deterministic=True?)")
+        self.names = [site.name for site in sites]
+        self.shapes = [site.shape for site in sites]
+        self.priors = [site.prior_distribution() for site in sites]
+        self.evaluations = 0
+        self._traced = None
+        theta = self.initial()
+        for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
+            check_prior(prior, value, f"the prior of site {name!r}")
+        self._gaussian = self._diagonal_gaussian(theta)
+
+    @property
+    def size(self) -> int:
+        """The number of sampled weights, the dimension of :math:`\\theta`."""
+        return sum(math.prod(shape) for shape in self.shapes)
+
+    def initial(self) -> torch.Tensor:
+        """The network's current weights as one flat vector."""
+        return torch.cat([site.init.reshape(-1) for site in self.model.sites()]).detach()
+
+    def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{site name: weight}`` from a flat vector (or ``(..., D)`` batch: the last dimension is split)."""
+        parts = theta.split([math.prod(shape) for shape in self.shapes], dim=-1)
+        return {name: part.reshape(theta.shape[:-1] + shape)
+                for name, part, shape in zip(self.names, parts, self.shapes)}
+
+    def network(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The network's output with these weights (no Pyro sample statements are run)."""
+        context = pyro_context(self.model)
+        with context:
+            for name, value in weights.items():
+                context.set(name, value)
+            return self.model.net(x)
+
+    def _diagonal_gaussian(self, theta: torch.Tensor):
+        r"""``(loc, 1/scale, constant)`` of the prior when every site has an isotropic Gaussian prior (each its
+        own :math:`\mathcal N(\mu_k, \sigma_k^2)`, e.g. fan-in scaled): one diagonal Gaussian over the flat
+        vector. Python floats when all sites share one, else ``(D,)`` tensors; None for other priors."""
+        if not all(isinstance(p, IsotropicNormal) for p in self.priors):
+            return None
+        sizes = [math.prod(shape) for shape in self.shapes]
+        constant = sum(n * (math.log(p.scale) + 0.5 * math.log(2 * math.pi)) for n, p in zip(sizes, self.priors))
+        if len({(p.loc, p.scale) for p in self.priors}) == 1:
+            return self.priors[0].loc, 1.0 / self.priors[0].scale, constant
+
+        def per_weight(values):
+            return torch.cat([theta.new_full((n,), v) for n, v in zip(sizes, values)])
+
+        locs = [p.loc for p in self.priors]
+        return (per_weight(locs) if any(locs) else 0.0), per_weight([1.0 / p.scale for p in self.priors]), constant
+
+    def log_prior(self, theta: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log p(w(\theta))` of ``theta`` ``(D,)`` or of each row of ``(C, D)``: one diagonal Gaussian
+        term over the flat vector when every site has an isotropic Gaussian prior (the common case, one kernel
+        instead of one per site), else the sum over sites."""
+        if self._gaussian is not None:
+            loc, inverse_scale, constant = self._gaussian
+            z = (theta - loc) * inverse_scale if isinstance(loc, torch.Tensor) or loc else theta * inverse_scale
+            return -0.5 * torch.linalg.vecdot(z, z) - constant
+        return sum(prior.log_prob(value) for prior, value in zip(self.priors, self.unflatten(theta).values()))
+
+    def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`."""
+        output = self.network(self.unflatten(theta), self.x)
+        return self.log_prior(theta) + self.model.likelihood.distribution(output).log_prob(self.y).sum()
+
+    def compile(self) -> "FlatPotential":
+        """Trace :meth:`log_joint` once with ``torch.jit.trace`` (the network, prior and likelihood become one
+        graph without Python in the loop); later calls run the traced graph."""
+        theta = self.initial().requires_grad_()
+        with torch.no_grad():
+            expected = self.log_joint(theta)
+        with warnings.catch_warnings():  # torch.jit.trace is deprecated in favour of torch.compile, which
+            warnings.simplefilter("ignore", FutureWarning)  # compiles for tens of seconds on a small CPU
+            self._traced = torch.jit.trace(self.log_joint, (theta,), check_trace=False)
+        with torch.no_grad():
+            got = self._traced(theta)
+        if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
+            raise RuntimeError(f"jit: the traced potential gives {got.item()} instead of {expected.item()}; "
+                               "the network has data-dependent control flow: run with jit=False")
+        return self
+
+    def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.evaluations += 1
+        log_joint = self._traced if self._traced is not None else self.log_joint
+        return -log_joint(params["weights"])
+
+
+class CannotBatch(ValueError):
+    """The network cannot run C weight vectors in one pass (a Bayesian parameter used outside a Linear/Conv
+    layer, a residual around the first Bayesian layer, rows that interact), so the batched sampler cannot
+    run it: Pyro's NUTS (``sampler="pyro"``) can."""
+
+
+class ChainWeights(DistributionTensor):
+    r"""One weight's values in C chains, ``values`` of shape ``(C,) + shape``, as a tensor of the weight's
+    shape (the empirical distribution :math:`\frac1C\sum_c \delta(w - w_c)`): a Linear/Conv layer that receives
+    it applies the C weights in one batched call (:meth:`Particles.layer`); any other use of the weight is
+    refused with :class:`~pyrobnn.handlers.particles.ParticlesUnsupported`."""
+
+    values: torch.Tensor
+    particles: Particles
+
+    @staticmethod
+    def __new__(cls, values: torch.Tensor, particles: Particles):
+        self = cls.wrap(values[0])
+        self.values, self.particles = values, particles
+        return self
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance over the chains."""
+        return self.values.mean(0), self.values.var(0, unbiased=False)
+
+    def __repr__(self):
+        return f"ChainWeights(chains={self.values.shape[0]}, shape={tuple(self.shape)})"
+
+    @classmethod
+    def dispatch(cls, func, args, kwargs):
+        if func in LAYERS and len(args) > 1 and isinstance(args[1], ChainWeights):
+            x, weight, *rest = args
+            bias = rest.pop(0) if rest else kwargs.pop("bias", None)
+            if isinstance(bias, ChainWeights):
+                bias = bias.values
+            return weight.particles.layer(func, x, weight.values, bias, *rest, **kwargs)
+        name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+        raise ParticlesUnsupported(f"{name} uses a Bayesian parameter outside a Linear/Conv layer (as its weight)")
+
+
+class BatchedPotential:
+    r"""The potential energy of C chains, :math:`\theta` of shape ``(C, D)`` in the layout of ``flat`` (a
+    :class:`~pyrobnn.infer.mcmc.FlatPotential`, whose prior, network and likelihood it runs), in one pass of the
+    network; calling it returns :math:`U` ``(C,)`` and :math:`\nabla U` ``(C, D)``, the interface
+    :class:`~pyrobnn.infer.batched_nuts.BatchedNUTS` takes.
+
+    It checks once, on two chains, that the batched pass gives each chain the potential and gradient of
+    ``flat`` (one network pass per chain), and raises :class:`CannotBatch` otherwise.
+    """
+
+    def __init__(self, flat: FlatPotential):
+        self.flat, self.model, self.x, self.y = flat, flat.model, flat.x, flat.y
+        self.evaluations = 0
+        self._check_batches()
+
+    def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The network's outputs on ``x`` for each row of ``theta`` ``(C, D)``: ``(C, len(x), ...)``."""
+        particles = Particles(len(x), theta.shape[0])
+        weights = {name: ChainWeights(value, particles) for name, value in self.flat.unflatten(theta).items()}
+        with mismatched_rows_unsupported(particles):
+            return particles.split(self.flat.network(weights, x))
+
+    def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
+        r""":math:`\log p(w(\theta_c)) + \sum_n \log p(y_n \mid x_n, w(\theta_c))` for every row of ``theta``
+        ``(C, D)``: ``(C,)``."""
+        log_likelihood = self.model.likelihood.distribution(self.outputs(theta, self.x)).log_prob(self.y)
+        return self.flat.log_prior(theta) + log_likelihood.reshape(theta.shape[0], -1).sum(-1)
+
+    def __call__(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.evaluations += 1
+        theta = theta.detach().requires_grad_()
+        with torch.enable_grad():
+            potential = -self.log_joint(theta)
+            (grad,) = torch.autograd.grad(potential.sum(), theta)
+        return potential.detach(), grad
+
+    def predictions(self, draws: torch.Tensor, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """What the likelihood predicts at ``x`` for every draw of ``draws`` ``(..., D)``: class probabilities
+        (classification) or the mean (regression), ``(..., len(x), outputs)``, ``chunk`` draws per pass."""
+        flat = draws.reshape(-1, draws.shape[-1])
+        out = []
+        with torch.no_grad():
+            for part in flat.split(chunk):
+                fn = self.model.likelihood.distribution(self.outputs(part, x))
+                out.append(fn.probs if self.model.likelihood.task == "classification" else fn.mean)
+        out = torch.cat(out)
+        return out.reshape(draws.shape[:-1] + out.shape[1:])
+
+    def _check_batches(self) -> None:
+        start = self.flat.initial()
+        theta = torch.stack([start, start + 0.1 * torch.randn(start.shape, generator=torch.Generator().manual_seed(0),
+                                                              dtype=start.dtype).to(start.device)])
+        try:
+            potential, grad = self(theta)
+        except ParticlesUnsupported as error:
+            raise CannotBatch(f"the network cannot run several weight vectors in one pass: {error}") from None
+        for c in range(2):
+            one = theta[c].clone().requires_grad_()
+            expected = -self.flat.log_joint(one)
+            (expected_grad,) = torch.autograd.grad(expected, one)
+            if not (torch.allclose(potential[c], expected.detach(), rtol=1e-4, atol=1e-3)
+                    and torch.allclose(grad[c], expected_grad, rtol=1e-3, atol=1e-3)):
+                raise CannotBatch(f"the batched pass of the network gives chain {c} the potential {float(potential[c])}"
+                                  f" instead of {float(expected)} (one pass per chain): the network mixes the rows "
+                                  "of different weight vectors")

@@ -1,0 +1,205 @@
+"""A study's cell: one ``pyrobnn train`` command line (``pyrobnn mcmc`` for a method that samples), parsed and
+checked as that command would, and its cache key.
+
+A cell's arguments are the study's base arguments, then one value of each axis (``--guide dropout``), then its
+replicate (``--seed 2``, ``--split 1``): later arguments win, so an axis overrides the base. A ``--method NAME``
+among them stays as written (the replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the
+command line expands it, by :func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's
+after them. A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options that
+command takes with the same meaning and drops the others (``--epochs``, ``--lr``; ``--num-samples`` is the number
+of draws there, the preset's).
+
+The cache key is a hash of everything that changes what the cell trains or measures: every option of its parsed
+configuration except :data:`NOT_IN_KEY`, and the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import hashlib
+import json
+import shlex
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import tyro
+
+from pyrobnn.cli import mcmc, parse_config, train
+from pyrobnn.cli.build import check_mcmc, check_run
+from pyrobnn.cli.methods import expand_method, resolve_method
+from pyrobnn.cli.options import MCMCConfig, RunConfig
+
+__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "STUDY_SETS", "make_cell", "parse_cell", "cache_key",
+           "accepted_options", "split_options", "axis_arguments", "check_axis"]
+
+CONFIGS = {"train": RunConfig, "mcmc": MCMCConfig}
+"""The commands a cell runs -> the configuration each parses."""
+
+RUNS = {"train": train, "mcmc": mcmc}
+"""The commands a cell runs -> the function that runs a parsed configuration."""
+
+_CHECKS = {"train": check_run, "mcmc": check_mcmc}
+
+NOT_IN_KEY = ("--out", "--progress", "--device", "--data-root", "--overwrite", "--resume", "--max-memory")
+"""Options that change neither what a cell trains nor what it measures, left out of its cache key: where it is
+written and shown, where it runs and reads data, and the memory of a prediction pass (the same numbers in smaller
+passes). Unlike :data:`pyrobnn.cli.options.RESUMABLE`, ``--epochs``, ``--num-samples`` and the extra test sets
+count: they change the results."""
+
+STUDY_SETS = ("--out", "--progress", "--overwrite", "--resume")
+"""Options the study sets for every cell (its directory, no progress bars, replace a half-written run)."""
+
+_OTHER_MEANING = ("--num-samples",)
+"""Options ``pyrobnn mcmc`` takes with another meaning than ``pyrobnn train`` (draws per chain, not predictive
+samples): a train option of the base never reaches an mcmc cell."""
+
+
+@dataclass
+class Cell:
+    """One run of a study: the command (``train`` or ``mcmc``), its arguments (``argv``, as typed: ``--method`` not
+    expanded, without the options the study sets), the values of the study's axes, its label, seed, split and cache
+    key."""
+
+    command: str
+    argv: tuple[str, ...]
+    label: str
+    axes: dict[str, str] = field(default_factory=dict)
+    seed: Optional[int] = None
+    split: Optional[int] = None
+    key: str = ""
+
+    def directory(self, out: Path) -> Path:
+        """Where the cell's run is written: ``<out>/cells/<key>``."""
+        return Path(out) / "cells" / self.key
+
+    def run_argv(self, out: Path, force: bool = False) -> list[str]:
+        """The arguments the study runs: the cell's, written to :meth:`directory`, without progress bars; a train
+        cell replaces what an interrupted run left there, resuming from its checkpoint unless ``force``."""
+        directory = self.directory(out)
+        argv = [*self.argv, "--out", str(directory), "--no-progress"]
+        if self.command == "train":
+            argv += ["--overwrite"] + ([] if force or not (directory / "checkpoint.pt").exists() else ["--resume"])
+        return argv
+
+    def replay(self, out: Path) -> str:
+        """The shell command that reruns this cell alone, into its own directory."""
+        extra = ["--overwrite"] if self.command == "train" else []
+        return shlex.join(["pyrobnn", self.command, *self.argv, "--out", str(self.directory(out)), *extra])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Cell":
+        return cls(**{**values, "argv": tuple(values["argv"])})
+
+
+def _suppressed(group, name: str) -> bool:
+    """Is option ``name`` of the option group ``group`` hidden from the command line (``tyro.conf.Suppress``)?"""
+    hint = typing.get_type_hints(type(group), include_extras=True)[name]
+    return tyro.conf.Suppress in getattr(hint, "__metadata__", ())
+
+
+@functools.lru_cache(maxsize=None)
+def accepted_options(command: str) -> dict[str, object]:
+    """``{flag: default}`` of every option the command line of ``command`` takes (do not modify it)."""
+    return {flag: getattr(group, name) for flag, (group, name) in CONFIGS[command]().fields().items()
+            if not _suppressed(group, name)}
+
+
+def parse_cell(command: str, argv: typing.Sequence[str]):
+    """The configuration ``pyrobnn <command> <argv>`` runs (``--method NAME`` expanded as the command line does); a
+    :class:`ValueError` holding tyro's message on one line when it does not parse."""
+    return parse_config(CONFIGS[command], expand_method([command, *argv])[1:], f"pyrobnn {command}")
+
+
+def split_options(argv: typing.Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``argv`` as ``(flag, tokens)`` per option: ``--hidden 400 400`` -> ``("--hidden", ["--hidden", "400",
+    "400"])``; ``--no-augment`` and ``--prior.no-bias`` name the flags ``--augment`` and ``--prior.bias``; tokens
+    before the first option come as flag ``""``."""
+    found: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            name = token.split("=", 1)[0][2:]
+            head, dot, tail = name.rpartition(".")
+            found.append(("--" + head + dot + tail.removeprefix("no-"), [token]))
+        elif found:
+            found[-1][1].append(token)
+        else:
+            found.append(("", [token]))
+    return found
+
+
+def _negated(flag: str) -> str:
+    head, dot, tail = flag[2:].rpartition(".")
+    return f"--{head}{dot}no-{tail}"
+
+
+def axis_arguments(command: str, name: str, value: str) -> list[str]:
+    """The arguments of axis ``name`` at ``value``: ``["--guide", "dropout"]``; a value of several words gives several
+    arguments (``hidden="800 800"``); ``true``/``false`` of a switch give ``--augment`` / ``--no-augment``."""
+    flag = "--" + name
+    options = accepted_options(command)
+    if isinstance(options.get(flag), bool):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"--vary {name}={value}: {flag} is a switch; its values are true and false")
+        return [flag if value.lower() == "true" else _negated(flag)]
+    return [flag, *value.split()]
+
+
+def check_axis(name: str) -> None:
+    """Refuse an axis that no cell command takes, naming the closest options."""
+    flag = "--" + name
+    known = {f for command in CONFIGS for f in accepted_options(command)}
+    if flag in STUDY_SETS or flag in ("--seed", "--split"):
+        replicate = {"--seed": " (vary seeds with --seeds N)", "--split": " (vary splits with --splits N)"}
+        raise ValueError(f"--vary {name}: the study sets {flag} for every cell{replicate.get(flag, '')}")
+    if flag not in known:
+        close = difflib.get_close_matches(flag, sorted(known), n=3)
+        hint = f"; did you mean {', '.join(f[2:] for f in close)}?" if close else ""
+        raise ValueError(f"--vary {name}: pyrobnn train has no option {flag}{hint}")
+
+
+def cache_key(command: str, config) -> str:
+    """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, as
+    canonical JSON (sorted keys)."""
+    options = {flag: value for flag, value in config.flags().items() if flag not in NOT_IN_KEY}
+    text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _method_of(arguments: list[str]) -> Optional[str]:
+    names = [tokens[1] if len(tokens) > 1 else tokens[0].partition("=")[2]
+             for flag, tokens in split_options(arguments) if flag == "--method"]
+    return names[-1] if names else None
+
+
+def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str) -> Cell:
+    """The cell of ``base`` at ``axes`` (``{option name: value}``) and ``replicate`` (``{"seed": 2}``), parsed and
+    checked as its command would (a :class:`ValueError` naming the cell and the problem otherwise)."""
+    where = " ".join([repr(label), *(f"{name} {value}" for name, value in replicate.items())])
+    method = axes.get("method")
+    try:
+        if method is not None:
+            resolve_method(method)  # the registry's error names the known methods
+        name = _method_of([*base, *(["--method", method] if method else [])])
+        command = resolve_method(name).command if name else "train"
+        arguments = [*base]
+        for axis, value in axes.items():
+            arguments += axis_arguments("mcmc" if axis != "method" and command == "mcmc" else "train", axis, value)
+        for option, value in replicate.items():
+            arguments += [f"--{option}", str(value)]
+        if command != "train":  # keep what the command takes with the same meaning
+            takes = set(accepted_options(command)) - set(_OTHER_MEANING) | {"--method"}
+            arguments = [token for flag, tokens in split_options(arguments) if flag in takes for token in tokens]
+        config = parse_cell(command, arguments)
+        _CHECKS[command](config)
+    except ValueError as error:
+        raise ValueError(f"study cell {where}: {error}") from None
+    flags = config.flags()
+    return Cell(command, tuple(arguments), label, dict(axes), flags.get("--seed"), flags.get("--split"),
+                cache_key(command, config))

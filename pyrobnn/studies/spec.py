@@ -1,0 +1,249 @@
+"""A study: a base ``pyrobnn train`` run crossed with axes (any train option, or ``method``) and replicates (seeds
+or the fixed splits of a dataset), written in Python, as a TOML file, or on the command line.
+
+.. code-block:: python
+
+    from pyrobnn.studies import Study
+    study = Study(base=["--dataset", "mnist", "--train-size", "2000", "--epochs", "1"],
+                  vary={"guide": ["normal", "dropout"], "estimator": ["sample", "local"]}, seeds=3)
+    records = study.run("runs/ablation", workers=2)
+
+The same study as a file (``pyrobnn study --file ablation.toml``)::
+
+    [study]
+    name = "ablation"
+    seeds = 3
+    base = ["--dataset", "mnist", "--train-size", "2000", "--epochs", "1"]
+
+    [vary]
+    guide = ["normal", "dropout"]
+    estimator = ["sample", "local"]
+
+Axis values are written as on the command line (``"800 800"`` or ``[800, 800]`` for ``hidden``, ``true`` /
+``false`` for a switch); dotted option names are quoted keys or tables (``"prior.scale" = [0.1, 1.0]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+from pyrobnn.checks import positive_int
+from pyrobnn.cli.methods import resolve_method
+from pyrobnn.studies.cells import Cell, axis_arguments, check_axis, make_cell, split_options
+from pyrobnn.studies.runner import run_study
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Study", "parse_axis", "load_study"]
+
+STUDY_KEYS = ("name", "base", "seeds", "splits", "baseline", "out")
+"""The keys of a study file's ``[study]`` table."""
+
+_REPLICATES = {"seeds": "seed", "splits": "split"}
+"""A study's replicate counts -> the option each sets in its cells."""
+
+
+def _text(value, where: str) -> str:
+    """An axis value or base argument as typed on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float, Path)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and value and all(not isinstance(v, (list, tuple, dict)) for v in value):
+        return " ".join(_text(v, where) for v in value)
+    raise ValueError(f"{where}: {value!r} is not a value of an option (a string, number, true/false, or a list of "
+                     "them for an option of several values)")
+
+
+def parse_axis(text: str) -> tuple[str, list[str]]:
+    """``"guide=normal,dropout"`` -> ``("guide", ["normal", "dropout"])``: an option name (without ``--``) and its
+    comma-separated values."""
+    name, equals, values = text.partition("=")
+    name = name.strip().removeprefix("--")
+    if not equals or not name:
+        raise ValueError(f"--vary {text!r}: write NAME=VALUE,VALUE,..., e.g. --vary guide=normal,dropout")
+    items = [value.strip() for value in values.split(",")] if values.strip() else []
+    return name, items
+
+
+@dataclass
+class Study:
+    """A base run, axes to vary and replicates: the cells are every combination of one value per axis, each run
+    with ``seed`` 0..``seeds``-1 (and/or ``split`` 0..``splits``-1), as ``pyrobnn train`` command lines.
+
+    :param base: ``pyrobnn train`` arguments shared by every cell (a list, or one string split as a shell would).
+    :param vary: ``{option name: values}``, e.g. ``{"guide": ["normal", "dropout"], "method": ["bbb", "map"]}``;
+        ``method`` names presets of :data:`pyrobnn.cli.methods.METHODS`.
+    :param seeds: run each combination with ``--seed 0`` .. ``--seed seeds-1`` (None: the base's seed).
+    :param splits: run each combination on ``--split 0`` .. ``--split splits-1`` (datasets with fixed splits).
+    :param baseline: the label the others are compared with (default: the first).
+    :param name: the study's name: the label of a study without axes, and its default folder ``runs/<name>``.
+    :param out: the study's folder (default ``runs/<name>``).
+    """
+
+    base: Union[str, Sequence] = ()
+    vary: Mapping[str, Sequence] = field(default_factory=dict)
+    seeds: Optional[int] = None
+    splits: Optional[int] = None
+    baseline: Optional[str] = None
+    name: str = "study"
+    out: Optional[Path] = None
+
+    def __post_init__(self):
+        base = shlex.split(self.base) if isinstance(self.base, str) else self.base
+        if not isinstance(base, (list, tuple)):
+            raise ValueError(f"base must be a list of pyrobnn train arguments, got {self.base!r}")
+        self.base = tuple(_text(argument, "base") for argument in base)
+        for count in _REPLICATES:
+            if getattr(self, count) is not None:
+                setattr(self, count, positive_int(f"--{count} (the number of {count})", getattr(self, count)))
+        if not isinstance(self.vary, Mapping):
+            raise ValueError(f"vary must map option names to lists of values, got {self.vary!r}")
+        self.vary = {str(name).removeprefix("--"): self._axis(str(name).removeprefix("--"), values)
+                     for name, values in self.vary.items()}
+        self._check_base()
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+        self.out = None if self.out is None else Path(self.out)
+
+    @staticmethod
+    def _axis(name: str, values) -> tuple[str, ...]:
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise ValueError(f"--vary {name}: give a list of values, got {values!r}")
+        if not values:
+            raise ValueError(f"--vary {name}: the axis has no values; give at least one, e.g. {name}=A,B")
+        texts = tuple(_text(value, f"--vary {name}") for value in values)
+        if any(not text.strip() for text in texts):
+            raise ValueError(f"--vary {name}={','.join(texts)}: an empty value")
+        repeated = sorted({text for text in texts if texts.count(text) > 1})
+        if repeated:
+            raise ValueError(f"--vary {name}: {', '.join(repeated)} given twice")
+        check_axis(name)
+        for text in texts:
+            axis_arguments("train", name, text)  # a switch takes true or false
+        if name == "method":
+            for text in texts:
+                try:
+                    resolve_method(text)
+                except ValueError as error:
+                    raise ValueError(f"--vary method={text}: {str(error).removeprefix(f'--method {text}: ')}") \
+                        from None
+        return texts
+
+    def _check_base(self) -> None:
+        flags = {flag for flag, _ in split_options(self.base)}
+        for flag in ("--out", "--overwrite", "--resume"):
+            if flag in flags:
+                raise ValueError(f"{flag} in the base arguments: the study sets it for every cell (each is written to "
+                                 "<study>/cells/<key>); give the study's own --out instead")
+        for count, option in _REPLICATES.items():
+            if getattr(self, count) is not None and f"--{option}" in flags:
+                raise ValueError(f"--{option} in the base arguments conflicts with --{count}: drop one")
+
+    def replace(self, **changes) -> "Study":
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def labels(self) -> list[str]:
+        """The label of each combination of axis values, in order: its value for one axis (``"bbb"``), ``name=value``
+        pairs for several (``"guide=normal estimator=local"``), the study's name without axes."""
+        return [self._label(combination) for combination in self._combinations()]
+
+    def _combinations(self) -> list[dict[str, str]]:
+        names = list(self.vary)
+        return [dict(zip(names, values)) for values in itertools.product(*self.vary.values())]
+
+    def _label(self, axes: dict[str, str]) -> str:
+        if not axes:
+            return self.name
+        if len(axes) == 1:
+            return next(iter(axes.values()))
+        return " ".join(f"{name}={value}" for name, value in axes.items())
+
+    def _replicates(self) -> list[dict[str, int]]:
+        ranges = [[(option, i) for i in range(getattr(self, count))] for count, option in _REPLICATES.items()
+                  if getattr(self, count) is not None]
+        return [dict(pairs) for pairs in itertools.product(*ranges)]
+
+    def cells(self) -> list[Cell]:
+        """Every cell, each parsed and checked as its command would; a :class:`ValueError` names the first that
+        fails."""
+        return [make_cell(self.base, axes, replicate, self._label(axes))
+                for axes in self._combinations() for replicate in self._replicates()]
+
+    def resolved_baseline(self) -> str:
+        """:attr:`baseline`, or the first label; a :class:`ValueError` if it is no label of the study."""
+        labels = self.labels()
+        baseline = labels[0] if self.baseline is None else self.baseline
+        if baseline not in labels:
+            raise ValueError(f"--baseline {baseline}: not a label of this study; its labels are "
+                             + ", ".join(repr(label) for label in labels))
+        return baseline
+
+    def run(self, out: Optional[Union[str, Path]] = None, **options) -> list[dict]:
+        """Run the cells not cached in ``out`` (default: :attr:`out`, else ``runs/<name>``) and report them; returns
+        one record per cell. ``options``: ``workers``, ``executor``, ``address``, ``force``, ``progress``,
+        ``console`` of :func:`~pyrobnn.studies.runner.run_study`."""
+        return run_study(self, None if out is None else Path(out), **options)
+
+    def to_dict(self) -> dict:
+        """The study as plain data (what ``study.json`` holds)."""
+        return {"name": self.name, "base": list(self.base), "vary": {k: list(v) for k, v in self.vary.items()},
+                "seeds": self.seeds, "splits": self.splits, "baseline": self.baseline}
+
+    @classmethod
+    def from_file(cls, path: Union[str, Path]) -> "Study":
+        """The study of a TOML file (see the module's docstring); an unknown table or key, or a value of the wrong
+        kind, is a :class:`ValueError` naming the file and the key."""
+        path = Path(path)
+        try:
+            document = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"--file {path}: no such study file") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"--file {path}: not valid TOML: {error}") from None
+        unknown = sorted(set(document) - {"study", "vary"})
+        if unknown:
+            raise ValueError(f"{path}: unknown table or key {', '.join(unknown)}; a study file has [study] "
+                             f"({', '.join(STUDY_KEYS)}) and [vary] (option = [values])")
+        settings, vary = document.get("study", {}), document.get("vary", {})
+        if not isinstance(settings, dict) or not isinstance(vary, dict):
+            raise ValueError(f"{path}: [study] and [vary] must be tables")
+        unknown = sorted(set(settings) - set(STUDY_KEYS))
+        if unknown:
+            raise ValueError(f"{path}: unknown key {', '.join(unknown)} in [study]; its keys are "
+                             f"{', '.join(STUDY_KEYS)}")
+        kwargs = dict(settings)
+        for key in ("name", "baseline", "out"):
+            if key in kwargs and not isinstance(kwargs[key], str):
+                raise ValueError(f"{path}: [study] {key} must be a string, got {kwargs[key]!r}")
+        kwargs.setdefault("name", path.stem)
+        try:
+            return cls(**kwargs, vary=_dotted(vary))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
+def _dotted(table: dict, prefix: str = "") -> dict:
+    """``{"prior": {"scale": [...]}}`` (TOML's reading of ``prior.scale = [...]``) -> ``{"prior.scale": [...]}``."""
+    found = {}
+    for name, value in table.items():
+        if isinstance(value, dict):
+            found.update(_dotted(value, f"{prefix}{name}."))
+        else:
+            found[prefix + name] = value
+    return found
+
+
+def load_study(path: Union[str, Path]) -> Study:
+    """:meth:`Study.from_file`."""
+    return Study.from_file(path)

@@ -1,0 +1,113 @@
+"""The step's ATen operations (benchmarks/ops.py) and the joint posterior that keeps them few, against per-site
+computations."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+from torch.distributions import kl_divergence
+
+from pyrobnn import BayesianNetwork, MeanFieldELBO, NormalGuide, ScaleMixturePrior
+from pyrobnn.guides.base import SiteGuide
+from pyrobnn.handlers import vdp
+from pyrobnn.networks import MLP
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+ops = pytest.importorskip("ops")
+
+
+def test_the_counter_counts_each_dispatched_operation_and_each_host_read():
+    x = torch.ones(3)
+    with ops.OpCounter() as counter:
+        y = (x * 2 + 1).sum()
+        y.item()
+    assert dict(counter.ops) == {"aten.mul": 1, "aten.add": 1, "aten.sum": 1, "aten._local_scalar_dense": 1}
+    assert dict(counter.syncs) == {"aten._local_scalar_dense": 1}
+
+
+def _model_guide(prior=None, seed=0):
+    torch.manual_seed(seed)
+    model = BayesianNetwork(MLP(5, (7, 4), 3), prior=prior, num_data=50)
+    return model, NormalGuide(model, init_rho=-1.5)
+
+
+def _kl_and_grads(guide, kl):
+    guide.zero_grad()
+    kl.backward(retain_graph=True)
+    return kl.detach(), {name: p.grad.clone() for name, p in guide.named_parameters()}
+
+
+@pytest.mark.parametrize("prior", [None, ScaleMixturePrior()])
+def test_the_joint_kl_is_the_sum_of_the_site_kls_with_the_same_gradients(prior):
+    model, guide = _model_guide(prior)
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    guide_trace = pyro.poutine.trace(guide).get_trace(x, y)
+    model_trace = pyro.poutine.trace(pyro.poutine.replay(model, trace=guide_trace)).get_trace(x, y)
+    joint = guide_trace.nodes[guide.site_names[0]]["fn"].base_dist.joint
+    values = {i: guide_trace.nodes[name]["value"] for i, name in enumerate(guide.site_names)}
+    prior_fn = model_trace.nodes[guide.site_names[0]]["fn"]
+    fused = _kl_and_grads(guide, joint.kl(prior_fn, values))
+    reference = 0.0
+    for i, name in enumerate(guide.site_names):  # per site, from the guide's own (non-joint) posterior
+        q, p, w = guide.posterior(name), model_trace.nodes[name]["fn"], values[i]
+        reference = reference + (kl_divergence(q, p) if prior is None else q.log_prob(w) - p.log_prob(w))
+    expected = _kl_and_grads(guide, reference)
+    torch.testing.assert_close(fused[0], expected[0], rtol=1e-5, atol=1e-4)
+    for name in expected[1]:
+        torch.testing.assert_close(fused[1][name], expected[1][name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_elbo_through_the_joint_posterior_equals_the_per_site_elbo():
+    model, guide = _model_guide()
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    with vdp():  # deterministic (moments, no draw): the whole loss and its gradient compare
+        terms = MeanFieldELBO().terms(model, guide, x, y)
+    joint = _kl_and_grads(guide, terms.loss)
+
+    def per_site(*args, **kwargs):
+        guide._claim()
+        return SiteGuide.forward(guide, *args, **kwargs)
+
+    with vdp():
+        reference = MeanFieldELBO().terms(model, per_site, x, y)
+    expected = _kl_and_grads(guide, reference.loss)
+    torch.testing.assert_close(terms.kl, reference.kl)
+    torch.testing.assert_close(terms.nll, reference.nll)
+    torch.testing.assert_close(joint[0], expected[0])
+    for name in expected[1]:
+        torch.testing.assert_close(joint[1][name], expected[1][name])
+
+
+def test_the_parameters_share_one_storage_again_after_something_replaced_it():
+    model, guide = _model_guide()
+    x, y = torch.randn(6, 5), torch.randint(0, 3, (6,))
+    name = guide.site_names[0]
+    param = guide._unconstrained(name, "locs")
+    before = param.detach().clone()
+    guide(x, y)
+    param.data = param.data.clone()  # e.g. what .to(device) does to each parameter
+    flat, shapes = guide.flat("locs")
+    torch.testing.assert_close(flat[: before.numel()].view(before.shape), before)
+    assert param.data_ptr() == flat.data_ptr() and shapes[0] == before.shape
+    optim = torch.optim.SGD(guide.parameters(), lr=0.1)
+    MeanFieldELBO().differentiable_loss(model, guide, x, y).backward()
+    optim.step()  # the update of each site's parameter is the flat storage's
+    assert not torch.equal(guide.flat("locs")[0][: before.numel()].view(before.shape), before)
+    assert torch.equal(guide.flat("locs")[0][: before.numel()].view(before.shape), param.detach())
+
+
+@pytest.mark.parametrize("method", ["bbb", "local_reparam", "flipout"])
+def test_a_step_dispatches_no_more_operations_than_bayesian_torch_and_reads_nothing_back(method):
+    pytest.importorskip("bayesian_torch")
+    x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    counts = {}
+    with pyro.validation_enabled(False):
+        for name, step in ops.training_steps("mlp400", x, y, (method, ops.COUNTERPART[method])).items():
+            counts[name] = ops.count(step)
+    ours, theirs = counts[method], counts[ops.COUNTERPART[method]]
+    assert ours.total <= theirs.total, (ours.ops, theirs.ops)
+    assert not ours.syncs

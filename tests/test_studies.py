@@ -1,0 +1,187 @@
+"""Studies: cells as cached ``pyrobnn train`` command lines, crossed with seeds, run serially, on a process pool or a
+Dask cluster, resumed, forced, and refused with one line when the study is wrong."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pyrobnn.__main__ import main
+from pyrobnn.cli import parse_config
+from pyrobnn.cli.methods import method_args
+from pyrobnn.cli.options import RunConfig
+from pyrobnn.studies import Study, cache, executors, rebuild_report
+from pyrobnn.studies.aggregate import flatten
+from pyrobnn.studies.cells import NOT_IN_KEY, accepted_options, cache_key, make_cell, parse_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TOY = ["--dataset", "two-moons", "--train-size", "60", "--test-size", "40", "--hidden", "8", "--epochs", "1",
+       "--num-samples", "4", "--batch-size", "30"]
+
+
+def study() -> Study:
+    return Study(base=TOY, vary={"guide": ["normal", "dropout"]}, seeds=2, name="toy")
+
+
+def numbers(records) -> list[dict]:
+    return [{"label": r["label"], "seed": r["seed"], **flatten(r["metrics"])} for r in records]
+
+
+def key(*argv: str) -> str:
+    return cache_key("train", parse_config(RunConfig, [*TOY, *argv], "pyrobnn train"))
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The cells each run executes in this process, by folder name."""
+    ran = []
+    run_cell = executors.run_cell
+
+    def counting(task):
+        ran.append(Path(task.directory).name)
+        return run_cell(task)
+
+    monkeypatch.setattr(executors, "run_cell", counting)
+    return ran
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    """A study of 2 guides x 2 seeds run serially: its folder and records."""
+    out = tmp_path_factory.mktemp("study") / "toy"
+    return out, study().run(out, progress=False)
+
+
+# ----------------------------------------------------------------------------- cache keys
+
+
+def test_cache_key_changes_exactly_when_the_configuration_does():
+    same = {key(), key("--device", "cpu"), key("--data-root", "/elsewhere"), key("--no-progress"),
+            key("--max-memory", "1"), key("--out", "runs/a"), key("--overwrite"), key("--resume"),
+            cache_key("train", parse_config(RunConfig, [*TOY[2:], *TOY[:2]], "pyrobnn train"))}  # order
+    assert len(same) == 1
+    changed = [key("--epochs", "2"), key("--num-samples", "5"), key("--lr", "0.01"), key("--guide", "dropout"),
+               key("--seed", "1"), key("--hidden", "8", "8"), key("--prior.scale", "0.5"), key("--beta", "constant")]
+    assert len(set(changed)) == len(changed) and same.isdisjoint(changed)
+    assert set(NOT_IN_KEY) <= set(accepted_options("train"))  # the list names real options
+
+
+def test_cells_are_train_command_lines_with_axes_after_the_base():
+    cells = Study(base=[*TOY, "--guide", "point"], vary={"guide": ["normal", "dropout"], "hidden": ["4", "8 8"]},
+                  seeds=2).cells()
+    assert [c.label for c in cells[:3]] == ["guide=normal hidden=4"] * 2 + ["guide=normal hidden=8 8"]
+    assert [c.seed for c in cells[:2]] == [0, 1] and len({c.key for c in cells}) == 8
+    cell = cells[2]
+    assert cell.argv[-7:] == ("--guide", "normal", "--hidden", "8", "8", "--seed", "0")  # the axis wins
+    assert shlex.split(cell.replay(Path("runs/x")))[:2] == ["pyrobnn", "train"]
+
+
+def test_a_method_axis_puts_the_preset_before_the_base_which_wins():
+    mcdropout, point = Study(base=TOY, vary={"method": ["mcdropout", "map"]}).cells()
+    assert point.label == "map" and shlex.split(point.replay(Path("r")))[:4] == ["pyrobnn", "train", *TOY[:2]]
+    config = parse_cell("train", point.argv)
+    assert config.guide.name == "point" and config.output.num_samples == 4  # the preset says 1, the base 4
+    assert parse_cell("train", mcdropout.argv).guide.name == "dropout"
+
+
+def test_a_method_that_samples_becomes_an_mcmc_cell_with_the_options_it_shares():
+    cell = make_cell(TOY, {"method": "nuts"}, {"seed": 1}, "nuts")
+    assert cell.command == "mcmc" and cell.seed == 1
+    assert "--epochs" not in cell.argv and "--num-samples" not in cell.argv  # train's, not NUTS's draws
+    config = parse_cell("mcmc", cell.argv)
+    preset = method_args("nuts")
+    assert config.model.hidden == (8,) and config.mcmc.num_samples == int(preset[preset.index("--num-samples") + 1])
+
+
+# ----------------------------------------------------------------------------- running, caching, resuming
+
+
+def test_a_study_runs_every_cell_and_reports(serial):
+    out, records = serial
+    assert [(r["label"], r["seed"], r["status"]) for r in records] == [
+        ("normal", 0, "done"), ("normal", 1, "done"), ("dropout", 0, "done"), ("dropout", 1, "done")]
+    assert all(0 <= r["metrics"]["accuracy"] <= 1 and r["train_seconds"] > 0 for r in records)
+    assert cache.read_records(out) == json.loads(json.dumps(records))
+    assert {"study.json", "summary.md", "summary.csv", "summary.json"} <= {p.name for p in out.iterdir()}
+
+
+def test_a_second_run_trains_nothing_and_a_deleted_cell_reruns_alone(serial, counted):
+    out, records = serial
+    assert numbers(study().run(out, progress=False)) == numbers(records) and counted == []
+    (out / "cells" / records[1]["key"] / "metrics.json").unlink()  # a run killed before its test report
+    again = study().run(out, progress=False)
+    assert counted == [records[1]["key"]] and numbers(again) == numbers(records)
+    counted.clear()
+    assert numbers(study().run(out, progress=False, force=True)) == numbers(records)
+    assert sorted(counted) == sorted(r["key"] for r in records)
+
+
+def test_a_cell_replays_alone_and_the_report_rebuilds_from_the_cache(serial, tmp_path, counted):
+    out, records = serial
+    argv = shlex.split(records[2]["command"])[1:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "replay")
+    main(argv)
+    replayed = json.loads((tmp_path / "replay" / "metrics.json").read_text())["test"]
+    assert flatten(replayed) == flatten(records[2]["metrics"])
+    (out / "summary.md").unlink()
+    main(["study", "report", str(out)])
+    assert (out / "summary.md").exists() and counted == []
+    assert numbers(rebuild_report(out)) == numbers(records)
+
+
+def test_a_cell_that_raises_is_recorded_and_the_others_run(tmp_path):
+    records = Study(base=TOY, vary={"model": ["mlp", "lenet5"]}).run(tmp_path / "s", progress=False)
+    assert [r["status"] for r in records] == ["done", "failed"]
+    assert records[1]["error"] and "\n" not in records[1]["error"] and records[1]["metrics"] == {}
+    assert (tmp_path / "s" / "summary.md").exists()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--vary", "method=nope"], "--vary method=nope: unknown method"),
+    (["--vary", "gude=normal"], "no option --gude; did you mean guide"),
+    (["--vary", "guide="], "--vary guide: the axis has no values"),
+    (["--vary", "guide=normal", "--seeds", "0"], "--seeds"),
+    (["--vary", "guide=normal,nope"], "nope"),
+    (["--vary", "seed=1,2"], "--seeds N"),
+    (["--epoch", "3"], "--epoch"),
+    (["--file", "{typo}"], "unknown key seed in [study]"),
+    (["--file", "{axis}"], "no option --gude"),
+])
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(argv, named, tmp_path, capsys):
+    (tmp_path / "typo.toml").write_text('[study]\nseed = 3\nbase = ["--dataset", "two-moons"]\n')
+    (tmp_path / "axis.toml").write_text('[study]\nbase = ["--dataset", "two-moons"]\n[vary]\ngude = ["normal"]\n')
+    argv = [a.format(typo=tmp_path / "typo.toml", axis=tmp_path / "axis.toml") for a in argv]
+    out = tmp_path / "study"
+    with pytest.raises(SystemExit) as exit_:
+        main(["study", *TOY, *argv, "--out", str(out)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and named in err[0], err
+    assert not out.exists()
+
+
+def test_the_example_study_file_parses():
+    example = Study.from_file(ROOT / "studies" / "mnist_ablation.toml")
+    assert len(example.cells()) == 3 * 2 * 3 and example.resolved_baseline() == "guide=normal estimator=sample"
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def test_a_process_pool_and_a_dask_cluster_give_the_serial_records(serial, tmp_path):
+    _, records = serial
+    for executor in ("local", "dask"):
+        parallel = study().run(tmp_path / executor, workers=2, executor=executor, progress=False)
+        assert [r["key"] for r in parallel] == [r["key"] for r in records]
+        for got, want in zip(numbers(parallel), numbers(records)):
+            assert got.keys() == want.keys()
+            assert all(math.isclose(got[k], want[k], rel_tol=1e-6, abs_tol=1e-9) for k in got if k != "label"), \
+                executor

@@ -1,0 +1,56 @@
+"""The study files in ``studies/``: each runs at a CI size (a few training examples, one epoch, one seed), every cell
+to a test report; a study file named after an example lists that example's methods, one value each."""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from pyrobnn.studies import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY_FILES = sorted((ROOT / "studies").glob("*.toml"))
+TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "1", "--num-samples", "4", "--device", "cpu"]
+"""Added to every study's base: later arguments win, so the file's sizes give way (an axis value that sets its own
+--num-samples 1 keeps it)."""
+
+
+def example_methods(path: Path) -> tuple[str, ...]:
+    """``METHODS`` of the example named like the study file (read from its source, not run)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["METHODS"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path} has no METHODS tuple")
+
+
+def test_there_are_study_files():
+    assert {path.stem for path in STUDY_FILES} >= {"bbb_mnist", "sparse_vd_mnist", "vdp_mnist", "sinusoid_regression"}
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda path: path.stem)
+def test_a_study_file_runs_every_cell_at_a_tiny_size(path, data_root, tmp_path):
+    study = load_study(path)
+    tiny = study.replace(base=(*study.base, *TINY, "--data-root", str(data_root)),
+                         seeds=None if study.seeds is None else 1, splits=None if study.splits is None else 1)
+    records = tiny.run(tmp_path / "study", progress=False, console=Console(file=io.StringIO()))
+    assert [r["label"] for r in records] == tiny.labels()
+    assert all(r["status"] == "done" for r in records), [(r["label"], r["error"]) for r in records]
+    for r in records:
+        score = r["metrics"].get("accuracy", r["metrics"].get("rmse"))
+        assert score is not None and math.isfinite(score) and math.isfinite(r["metrics"]["nll"])
+    assert (tmp_path / "study" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("path", [p for p in STUDY_FILES if (ROOT / "examples" / f"{p.stem}.py").exists()],
+                         ids=lambda path: path.stem)
+def test_an_example_study_has_a_first_axis_with_a_value_per_method_of_its_example(path):
+    study = load_study(path)
+    methods = example_methods(ROOT / "examples" / f"{path.stem}.py")
+    axis, values = next(iter(study.vary.items()))
+    assert len(values) == len(methods), f"{path.name}: [vary] {axis} names {len(methods)} methods, in order"
+    assert study.resolved_baseline() in study.labels()
