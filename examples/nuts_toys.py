@@ -35,12 +35,14 @@ layers, which N(0, 1) does not with 256 units per layer) and N(0, 1) on biases (
 Two moons take c = 3 (``--moons-prior-scale``): its labels are nearly noise-free, and the posterior
 predictive is only as confident as the prior lets the logits be (NUTS's test log-likelihood,
 150 + 150 draws: -0.28 at c = √2, -0.19 at c = 2, -0.09 at c = 3; larger c costs longer trajectories).
-NUTS: 2 chains run one after the other, each from the MAP estimate of the same posterior (Adam on the
-potential, ``--map-steps``) plus N(0, 0.01²) jitter, step size and diagonal mass matrix adapted during
-warm-up; full batch; at most 2^8 - 1 leapfrog steps per draw. R-hat is the split R-hat of every single
-weight, reported as the max over all weights; ESS the min bulk ESS. Chains that start in one mode measure
-mixing within it: the posterior of an MLP has many modes (permutations of hidden units at least) that
-no chain visits.
+NUTS: 2 chains sampled together by the batched sampler (``--sampler``: one pass of the network per leapfrog
+step for both, ``pyrobnn.infer.batched_nuts``; ``--sampler pyro`` runs Pyro's NUTS, one chain after the other),
+each from the MAP estimate of the same posterior (Adam on the potential, ``--map-steps``) plus N(0, 0.01²)
+jitter, step size and diagonal mass matrix adapted during warm-up; full batch; at most 2^8 - 1 leapfrog steps
+per draw. R-hat is the split R-hat of every single weight, reported as the max over all weights, and of every
+prediction at the training inputs (function space, ``R-hat f``); ESS the min bulk ESS. Chains that start in one
+mode measure mixing within it: the posterior of an MLP has many modes (permutations of hidden units at least)
+that no chain visits.
 
 The methods, each guide with its own ``name=`` in Pyro's parameter store, trained full batch with
 Adam on the exact ELBO (β ramped linearly from 0 to 1 over the first ``--anneal`` steps, then 1):
@@ -79,7 +81,7 @@ Threads: the networks are tiny, so every operation is dominated by its fixed cos
 cores two intra-op threads per process make a NUTS gradient 50-70x slower (60 ms instead of 0.9 ms
 for the 2-50-50-2 net) when another process is busy. ``--threads 1`` is the default.
 
-    python examples/nuts_toys.py                     # everything, < 15 min on 2 CPU cores
+    python examples/nuts_toys.py                     # everything, about 6 min on 2 CPU cores
     python examples/nuts_toys.py --problems cubic --depths 1 2 3
 
 Prints a table per problem, the depth study, the checks (R-hat <= 1.05, divergences <= 1 %, NUTS's test
@@ -291,7 +293,8 @@ def run_nuts(problem: Problem, net, args, *, samples, warmup, chains, tree_depth
     map_init(model, problem.x_train, problem.y_train, args.map_steps)
     result = sample_posterior(model, problem.x_train, problem.y_train, num_samples=samples, warmup=warmup,
                               num_chains=chains, seed=args.seed, target_accept=args.target_accept,
-                              max_tree_depth=tree_depth, jit=args.jit)
+                              max_tree_depth=tree_depth, sampler=args.sampler, compiler=args.compiler,
+                              jit=args.jit)
     return model, result, time.perf_counter() - tick
 
 
@@ -347,9 +350,10 @@ def ess_min(result) -> float:
 
 def nuts_summary(result, seconds: float) -> dict[str, float]:
     d = result.diagnostics
-    return {"r_hat_max": d["r_hat_max"], "ess_min": ess_min(result), "divergences": d["divergences"],
+    return {"r_hat_max": d["r_hat_max"], "ess_min": ess_min(result), "prediction_r_hat_max": d["prediction_r_hat_max"],
+            "prediction_ess_min": d["prediction_ess_min"], "divergences": d["divergences"],
             "divergence_rate": d["divergence_rate"], "leapfrog_steps": d["leapfrog_steps"],
-            "num_weights": d["num_weights"], "seconds": seconds}
+            "num_weights": d["num_weights"], "sampler": d["sampler"], "compiler": d["compiler"], "seconds": seconds}
 
 
 def run_problem(problem: Problem, args) -> tuple[dict, dict]:
@@ -364,7 +368,8 @@ def run_problem(problem: Problem, args) -> tuple[dict, dict]:
     metrics = {"nuts": scores(problem, predictive(problem, "nuts", model, posterior, problem.x_test, args),
                               grids["nuts"], None) | nuts_summary(result, seconds)}
     d = result.diagnostics
-    console.print(f"{problem.name} nuts: {seconds:.1f} s, {d['num_weights']} weights, R-hat max {d['r_hat_max']:.3f}, "
+    console.print(f"{problem.name} nuts ({d['sampler']}, {d['compiler']}): {seconds:.1f} s, {d['num_weights']} "
+                  f"weights, R-hat max {d['r_hat_max']:.3f} (predictions {d['prediction_r_hat_max']:.3f}), "
                   f"ESS min {metrics['nuts']['ess_min']:.0f}, {d['divergences']} divergences, "
                   f"{d['leapfrog_steps']:.0f} leapfrog steps/draw, "
                   f"step size {[round(c['step_size'], 4) for c in d['chains']]}")
@@ -442,7 +447,7 @@ def table(problem: Problem, metrics: dict, args) -> Table:
     title += (f"; NUTS {args.chains} x ({args.warmup} warm-up + {args.samples}), tree depth <= {args.max_tree_depth}, "
               f"prior N(0, {problem.prior_scale:.3g}²/fan_in)")
     t = Table(title=title)
-    for column in ("method",) + columns + ("R-hat max", "ESS min", "divergent", "seconds"):
+    for column in ("method",) + columns + ("R-hat max", "R-hat f", "ESS min", "divergent", "seconds"):
         t.add_column(column, justify="right")
     for method, m in metrics.items():
         cells = []
@@ -450,7 +455,8 @@ def table(problem: Problem, metrics: dict, args) -> Table:
             value = m.get(key)
             cells.append("" if value is None else f"{100 * value:.1f}" if key == "accuracy" else f"{value:.4g}")
         nuts = method == "nuts"
-        cells += [f"{m['r_hat_max']:.3f}" if nuts else "", f"{m['ess_min']:.0f}" if nuts else "",
+        cells += [f"{m['r_hat_max']:.3f}" if nuts else "", f"{m['prediction_r_hat_max']:.3f}" if nuts else "",
+                  f"{m['ess_min']:.0f}" if nuts else "",
                   f"{m['divergences']} ({100 * m['divergence_rate']:.1f} %)" if nuts else "", f"{m['seconds']:.1f}"]
         label = f"{method} (log-uniform prior)" if log_uniform(method, args) else \
             "ibnn (node prior)" if method == "ibnn" else "deterministic (ML)" if method == "deterministic" else method
@@ -589,7 +595,12 @@ def main():
     group.add_argument("--chains", type=int, default=2)
     group.add_argument("--max-tree-depth", type=int, default=8, help="at most 2^depth - 1 leapfrog steps per draw")
     group.add_argument("--target-accept", type=float, default=0.8)
-    group.add_argument("--jit", action="store_true", help="compile the potential (no faster on these nets)")
+    group.add_argument("--sampler", default="auto", choices=["auto", "batched", "pyro"],
+                       help="batched: both chains in one pass per leapfrog step; pyro: Pyro's NUTS, one chain after "
+                            "the other")
+    group.add_argument("--compiler", default="auto", choices=["auto", "inductor", "script", "eager"],
+                       help="how the batched sampler runs a leapfrog step (sample_posterior(compiler=...))")
+    group.add_argument("--jit", action="store_true", help="--sampler pyro: compile the potential (no faster here)")
     group.add_argument("--map-steps", type=int, default=2000, help="Adam steps to the MAP, where the chains start")
     group = parser.add_argument_group("model")
     group.add_argument("--moons-hidden", type=int, nargs="+", default=[50, 50])

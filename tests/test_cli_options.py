@@ -122,6 +122,8 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--target-accept": (["0.9"], []),
     "--max-tree-depth": (["4"], []),
     "--init-jitter": (["0.1"], []),
+    "--sampler": (["pyro"], []),
+    "--compiler": (["script"], []),
     "--jit": ([], []),
     "--out": (["{tmp}/elsewhere"], []),
     "--seed": (["7"], []),

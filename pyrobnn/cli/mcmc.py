@@ -11,7 +11,7 @@ import torch
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
 from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.cli.build import build_network, check_mcmc
-from pyrobnn.cli.options import MCMC_MAX_WEIGHTS, MCMCConfig
+from pyrobnn.cli.options import MCMC_MAX_WEIGHTS, MCMCConfig, api_value
 from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown, warn
 from pyrobnn.cli.runs import MCMC_KIND, load_data, test_report
 from pyrobnn.files import check_writable, write_json
@@ -47,14 +47,15 @@ def mcmc(cfg: MCMCConfig) -> dict:
     plot = out / ("boundary.png" if classification else "predictive.png")
     say(f"pyrobnn mcmc {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model "
          f"{cfg.model.name} {shown(cfg.model.hidden)}, {size} Bayesian weights in {len(sites)} tensors, prior "
-         f"{cfg.prior.name}, NUTS {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up "
-         f"+ {mc.num_samples} draws), seed {seed}")
+         f"{cfg.prior.name}, NUTS ({mc.sampler} sampler) {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x "
+         f"({mc.warmup} warm-up + {mc.num_samples} draws), seed {seed}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a small network's products gain nothing from intra-op threads, which only contend
     try:
         result = sample_posterior(model, data.x_train, data.y_train, num_samples=mc.num_samples, warmup=mc.warmup,
                                   num_chains=mc.num_chains, seed=seed, init_jitter=mc.init_jitter,
-                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth, jit=mc.jit,
+                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth,
+                                  sampler=api_value(mc.sampler), compiler=api_value(mc.compiler), jit=mc.jit,
                                   progress=cfg.output.progress)
     except RuntimeError as error:
         raise SamplingFailed(str(error)) from error
@@ -75,6 +76,9 @@ def mcmc(cfg: MCMCConfig) -> dict:
     (boundary_plot if classification else predictive_plot)(model, posterior, data, plot, title)
     console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights",
                                     diagnostics))
+    say(f"{diagnostics['sampler']} sampler ({diagnostics['compiler']}): function space (predictions at "
+        f"{diagnostics['prediction_points']} training inputs): split R-hat max "
+        f"{diagnostics['prediction_r_hat_max']:.3f}, bulk ESS min {diagnostics['prediction_ess_min']:.0f}")
     console.print(metrics_table(f"test metrics ({len(posterior)} draws)", {"nuts": metrics}))
     for warning in diagnostics.get("warnings", []):
         warn(warning)

@@ -41,7 +41,8 @@ from pyrobnn.guides import GUIDES
 from pyrobnn.guides.base import SHARING
 from pyrobnn.guides.normal import PARAMETERIZATIONS
 from pyrobnn.handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
-from pyrobnn.infer.mcmc import sample_posterior
+from pyrobnn.infer.batched_nuts import COMPILERS
+from pyrobnn.infer.mcmc import SAMPLERS, sample_posterior
 from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.infer.svi import PRECISIONS, fit
@@ -478,16 +479,23 @@ class MCMCOptions:
     warmup: Annotated[int, _flat()] = _default(sample_posterior, "warmup")
     """Warm-up steps per chain, which adapt the step size and a diagonal mass matrix and are discarded."""
     num_chains: Annotated[int, _flat()] = _default(sample_posterior, "num_chains")
-    ("Chains, run one after the other from the seeded initial weights plus --init-jitter noise; split R-hat compares 2"
-     " or more.")
+    ("Chains, from the seeded initial weights plus --init-jitter noise (the batched sampler runs them all in one "
+     "pass, so more cost little); split R-hat compares 2 or more.")
     target_accept: Annotated[float, _flat()] = _default(sample_posterior, "target_accept")
     """Acceptance probability the step-size adaptation aims for, in (0, 1); raise it when transitions diverge."""
     max_tree_depth: Annotated[int, _flat()] = _default(sample_posterior, "max_tree_depth")
     """Largest NUTS tree depth: at most 2^depth - 1 leapfrog steps per draw."""
     init_jitter: Annotated[float, _flat()] = _default(sample_posterior, "init_jitter")
     """Standard deviation of the Gaussian noise added to the initial weights of each chain."""
+    sampler: Annotated[_choices(SAMPLERS), _flat()] = _default(sample_posterior, "sampler")
+    ("batched: every chain in one pass of the network per leapfrog step; pyro: Pyro's NUTS, one chain after the "
+     "other; auto: batched when the network can run it.")
+    compiler: Annotated[_choices(COMPILERS), _flat()] = _default(sample_posterior, "compiler")
+    ("How the batched sampler runs a leapfrog step: script (TorchScript graph, built at once), inductor (fused "
+     "kernels, seconds to build, several times faster), auto (script, then inductor once the run is long enough), "
+     "eager.")
     jit: Annotated[bool, _flat()] = _default(sample_posterior, "jit")
-    """Compile the potential energy and its gradient with the PyTorch JIT."""
+    """--sampler pyro: compile the potential energy and its gradient with the PyTorch JIT."""
 
 
 @dataclass

@@ -34,11 +34,11 @@ from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from pyrobnn.checks import choice, in_range, nonnegative, positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
-from pyrobnn.infer.batched_nuts import sample_chains
+from pyrobnn.infer.batched_nuts import COMPILERS, sample_chains
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
 
 __all__ = ["FlatPotential", "check_prior", "MCMCResult", "sample_posterior", "run_chain", "summarise",
-           "chain_diagnostics", "MAX_FULL_BATCH", "SAMPLERS", "PREDICTION_POINTS"]
+           "chain_diagnostics", "chain_starts", "MAX_FULL_BATCH", "SAMPLERS", "PREDICTION_POINTS"]
 
 MAX_FULL_BATCH = 10_000
 """The largest training set :func:`sample_posterior` accepts: NUTS evaluates the full-batch
@@ -115,7 +115,8 @@ class MCMCResult:
 
 def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
                      num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
-                     max_tree_depth: int = 10, sampler: str = "auto", jit: bool = False, progress: bool = False,
+                     max_tree_depth: int = 10, sampler: str = "auto", compiler: str = "auto", jit: bool = False,
+                     progress: bool = False,
                      max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None,
                      prediction_x: torch.Tensor | None = None) -> MCMCResult:
     """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
@@ -128,10 +129,14 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     :param sampler: ``"batched"``: all chains in lockstep, one batched pass of the network per leapfrog step
         (:mod:`pyrobnn.infer.batched_nuts`); ``"pyro"``: Pyro's NUTS, one chain after the other; ``"auto"``:
         batched when the network can run several weight vectors in one pass, else Pyro's.
-    :param jit: compile harder. The batched sampler always runs each leapfrog step (the network's forward and
-        backward pass and the sampler's bookkeeping) as one traced graph; ``jit=True`` compiles it with
-        ``torch.compile`` (seconds per network, then about twice as fast on CPU). Pyro's sampler traces its
-        potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`).
+    :param compiler: the batched sampler runs each leapfrog step (the network's forward and backward pass and the
+        sampler's bookkeeping) as one graph (:func:`~pyrobnn.infer.batched_nuts.compiled`): ``"script"``
+        (TorchScript, built in milliseconds), ``"inductor"`` (fused kernels: seconds to build, then several times
+        faster), ``"auto"`` (TorchScript, switching to inductor once the run is projected to be long enough to
+        repay its compilation; the same seed still gives the same draws) or ``"eager"`` (no graph: for networks
+        that branch on tensor values).
+    :param jit: Pyro's sampler: trace its potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`)
+        instead of running the network from Python at every leapfrog step.
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
@@ -154,6 +159,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
     max_data = positive_int("max_data (the largest full-batch training set)", max_data)
     sampler = choice("sampler", sampler, SAMPLERS)
+    compiler = choice("compiler", compiler, COMPILERS)
     if not torch.is_tensor(x) or not torch.is_tensor(y):
         raise TypeError(f"x and y must be tensors, got {type(x).__name__} and {type(y).__name__}")
     if x.shape[0] != y.shape[0]:
@@ -178,16 +184,16 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
                                  "chain)") from None
     if jit and batched is None:
         potential.compile()
-    starts = _starts(potential, initial, num_chains, init_jitter, seed)
+    starts = chain_starts(potential, initial, num_chains, init_jitter, seed)
     tick = time.perf_counter()
     if batched is not None:
         generator = torch.Generator(device=starts.device).manual_seed(seed * 1009 + 1)
         with pyro.validation_enabled(False):
             flat_draws, stats = sample_chains(batched, starts, num_samples=num_samples, warmup=warmup,
                                               target_accept=target_accept, max_tree_depth=max_tree_depth,
-                                              generator=generator, progress=progress,
-                                              compiler="inductor" if jit else "script")
+                                              generator=generator, progress=progress, compiler=compiler)
         per_chain = _batched_chain_stats(flat_draws, stats, max_tree_depth)
+        engine = {"compiler": stats["compiler"], "leaves": stats["leaves"]}
         stats = {k: v.detach().cpu() for k, v in stats.items() if k in ("accept_prob", "num_steps", "tree_depth",
                                                                          "diverging", "energy")}
         stats["step_size"] = torch.tensor([c["step_size"] for c in per_chain])[:, None].expand(-1, num_samples)
@@ -202,16 +208,17 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
             per_chain.append(chain_stats)
         flat_draws = torch.stack(chains)
         stats = {"diverging": torch.stack([c.pop("diverging") for c in per_chain])}
+        engine = {"compiler": "jit" if jit else "eager"}
     seconds = time.perf_counter() - tick
     draws = potential.unflatten(flat_draws)  # (chains, samples, ...)
     predictions = _predictions(batched, potential, flat_draws, prediction_x)
     diagnostics = summarise(draws, per_chain, seconds=seconds, predictions=predictions)
-    diagnostics.update(sampler="batched" if batched is not None else "pyro", num_weights=potential.size,
+    diagnostics.update(sampler="batched" if batched is not None else "pyro", **engine, num_weights=potential.size,
                        target_accept=target_accept, max_tree_depth=max_tree_depth, prediction_points=len(prediction_x))
     return MCMCResult(draws, diagnostics, stats, predictions, prediction_x)
 
 
-def _starts(potential: FlatPotential, initial, num_chains: int, init_jitter: float, seed: int) -> torch.Tensor:
+def chain_starts(potential: FlatPotential, initial, num_chains: int, init_jitter: float, seed: int) -> torch.Tensor:
     """The chains' initial weights ``(C, D)``: the network's weights (or ``initial``) plus jitter, drawn chain
     after chain from ``torch.Generator().manual_seed(seed)``, the same for both samplers."""
     start = potential.initial()
