@@ -10,12 +10,17 @@ predictive samples (studies/uci_quick.toml):
   the chosen point on all of it): 13 trainings;
 - ``bbb``: Bayes by Backprop (``--method bbb``: 5 weight samples a step), without ``--grid``;
 - ``torch_step_us``: the floor, one step of the same dropout network written in plain PyTorch (MSE, two dropout
-  masks, Adam), no Pyro.
+  masks, Adam), no Pyro;
+- ``fit_us_per_step``: :func:`~pyrobnn.infer.svi.fit` alone on a grid point's 80 % (364 rows, 3 steps an epoch),
+  per method, with the eager step (``eager``, what the final fit of a cell runs) and the traced one (``trace``,
+  ``compile="trace"``: what the grid's points run), side by side.
 
 Each run's training time per optimiser step (``us_per_step``, from the per-epoch times ``fit`` records) and its
-wall time are reported; the study estimates multiply the steps a study takes (``epochs x (G x steps of 80 % + steps
-of the split)`` per cell, for each data set's size) by the measured time per step, and add the per-cell time
-outside the steps (prediction, data, checkpoints) as measured on Boston. Cells run on ``--workers`` cores at once.
+wall time are reported; the study estimates multiply the steps a study takes (``epochs x G x steps of 80 %`` at the
+traced rate, ``epochs x steps of the split`` at the eager rate, per cell, for each data set's size) by the measured
+times per step, and add the per-cell time outside the steps (prediction of every grid point and of the test split,
+data, recording the traces, checkpoints) as measured on the Boston grid cell. Cells run on ``--workers`` cores at
+once.
 
     python benchmarks/uci_speed.py [--epochs 400] [--threads 1] [--workers 2]
 
@@ -33,12 +38,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyro
 import torch
 
 from pyrobnn.cli import _parse
+from pyrobnn.cli.build import build
 from pyrobnn.cli.methods import expand_method
+from pyrobnn.cli.runs import fit_options, load_data
 from pyrobnn.cli.train import train
 from pyrobnn.data import load_dataset
+from pyrobnn.infer.svi import TRACE, fit
 
 BASE = ["--dataset", "uci-boston", "--split", "0", "--hidden", "50", "--lr", "0.01", "--batch-size", "128",
         "--num-samples", "1000", "--no-progress"]
@@ -89,14 +98,29 @@ def torch_step_us(repeats: int = 300) -> float:
     return 1e6 * (time.perf_counter() - tick) / repeats
 
 
-def study_minutes(us_per_step: dict, cell_overhead_s: float, epochs: int, splits: int, methods, workers: int) -> float:
-    """Wall minutes of a study of ``methods`` on the five shared data sets and ``splits`` splits."""
+def fit_us_per_step(method: str, compile, epochs: int) -> float:
+    """Microseconds per step of ``fit`` on a Boston grid point (the 80 % of split 0) at the method's settings."""
+    cfg = _parse(expand_method(["train", *BASE, "--method", method, "--epochs", str(epochs), "--out", "unused"]))
+    held = load_data(cfg, validation=True)
+    pyro.set_rng_seed(0)
+    model, guide = build(cfg, held)
+    tick = time.perf_counter()
+    fit(model, guide, held.x_train, held.y_train, **fit_options(cfg), device="cpu", progress=False, compile=compile)
+    return 1e6 * (time.perf_counter() - tick) / (epochs * math.ceil(len(held.x_train) / 128))
+
+
+def study_minutes(grid_us: dict, final_us: dict, cell_overhead_s: float, epochs: int, splits: int, methods,
+                  workers: int) -> float:
+    """Wall minutes of a study of ``methods`` on the five shared data sets and ``splits`` splits: the grid's steps
+    at ``grid_us`` per step, the final fits' at ``final_us`` (by method; others at BBB's rate)."""
     seconds = 0.0
     for method in methods:
-        rate = us_per_step.get(method, us_per_step["bbb"]) * 1e-6
+        grid_rate = grid_us.get(method, grid_us["bbb"]) * 1e-6
+        final_rate = final_us.get(method, final_us["bbb"]) * 1e-6
         for rows in SIZES.values():
-            n = steps(rows, epochs, points=GRID_POINTS[method], fits=FINAL_FITS.get(method, 1))
-            seconds += splits * (n * rate + cell_overhead_s)
+            grid = steps(rows, epochs, points=GRID_POINTS[method], fits=0)
+            final = steps(rows, epochs, fits=FINAL_FITS.get(method, 1))
+            seconds += splits * (grid * grid_rate + final * final_rate + cell_overhead_s)
     return seconds / workers / 60
 
 
@@ -118,21 +142,32 @@ def main() -> None:
             "bbb": timed_run(["--method", "bbb", "--likelihood.scale", str(scale), *epochs], Path(tmp) / "c"),
         }
     floor = torch_step_us()
-    per_step = {"mcdropout": runs["mcdropout"]["us_per_step"], "bbb": runs["bbb"]["us_per_step"]}
+    fit_epochs = max(1, args.epochs // 4)
+    per_fit = {method: {mode: fit_us_per_step(method, compile, fit_epochs)
+                        for mode, compile in (("eager", False), ("trace", TRACE))} for method in ("mcdropout", "bbb")}
+    eager = {method: rates["eager"] for method, rates in per_fit.items()}
+    traced = {method: rates["trace"] for method, rates in per_fit.items()}
     boston_steps = steps(455, args.epochs)
-    overhead = max(0.0, runs["mcdropout"]["wall_s"] - boston_steps * per_step["mcdropout"] * 1e-6)
-    quick = study_minutes(per_step, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
-    full = study_minutes(per_step, overhead, args.epochs, 20, tuple(GRID_POINTS), args.workers)
+    grid_steps = steps(455, args.epochs, points=GRID_POINTS["mcdropout"], fits=0)
+    overhead = max(0.0, runs["mcdropout_grid"]["wall_s"] - grid_steps * traced["mcdropout"] * 1e-6
+                   - boston_steps * eager["mcdropout"] * 1e-6)
+    quick = study_minutes(traced, eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
+    quick_eager = study_minutes(eager, eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
+    full = study_minutes(traced, eager, overhead, args.epochs, 20, tuple(GRID_POINTS), args.workers)
     for name, run in runs.items():
         print(f"{name:15s} wall {run['wall_s']:6.1f} s (grid {run['grid_s']:5.1f} s)  {run['us_per_step']:6.0f} us/step"
               f"  rmse {run['rmse']:.3f}  ll {run['log_likelihood']:.3f}  {run['chosen'] or ''}")
+    for method, rates in per_fit.items():
+        print(f"fit on a grid point ({method:9s}, {fit_epochs} epochs): eager {rates['eager']:6.0f} us/step, "
+              f"trace {rates['trace']:6.0f} us/step ({rates['eager'] / rates['trace']:.2f}x)")
     print(f"plain torch step {floor:.0f} us; steps of one Boston cell: {boston_steps} without the grid, "
           f"{steps(455, args.epochs, points=12)} with it; per-cell time outside the steps {overhead:.1f} s")
-    print(f"estimated on {args.workers} workers: quick study (5 splits, mcdropout + bbb) {quick:.0f} min, "
-          f"full study (20 splits, {len(GRID_POINTS)} methods) {full:.0f} min")
+    print(f"estimated on {args.workers} workers: quick study (5 splits, mcdropout + bbb) {quick:.1f} min "
+          f"(every step eager: {quick_eager:.1f} min), full study (20 splits, {len(GRID_POINTS)} methods) "
+          f"{full:.0f} min")
     print(json.dumps({"epochs": args.epochs, "threads": args.threads, "runs": runs, "torch_step_us": floor,
-                      "cell_overhead_s": overhead, "quick_study_min": quick, "full_study_min": full,
-                      "workers": args.workers}))
+                      "fit_us_per_step": per_fit, "cell_overhead_s": overhead, "quick_study_min": quick,
+                      "quick_study_eager_min": quick_eager, "full_study_min": full, "workers": args.workers}))
 
 
 if __name__ == "__main__":

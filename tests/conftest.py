@@ -35,3 +35,21 @@ def _fresh_pyro_state():
     pyro.set_rng_seed(0)
     yield
     pyro.clear_param_store()
+
+
+@pytest.fixture
+def forbid_test_split(monkeypatch):
+    """Make reading any UCI test split raise; returns the list of ``(part, split)`` reads seen, so a test can
+    check that a hyper-parameter search read only its training split. ``monkeypatch.undo()`` lifts it."""
+    from pyrobnn.data import uci
+
+    read, original_rows = [], uci._rows
+
+    def watched(where, part, split, n):
+        read.append((part, split))
+        if part == "test":
+            raise AssertionError("a hyper-parameter search read the test split")
+        return original_rows(where, part, split, n)
+
+    monkeypatch.setattr(uci, "_rows", watched)
+    return read

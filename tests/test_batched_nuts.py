@@ -2,7 +2,8 @@
 Stan's warm-up windows written out, the iterative U-turn checks against the criterion applied to every balanced
 sub-trajectory of a stored trajectory, dual averaging and Welford's variance against their formulas, the batched
 potential against one pass per chain, and the draws against closed forms (a correlated Gaussian, Bayesian linear
-regression), against Pyro's NUTS (two moons), a bimodal target (R-hat), and Neal's funnel (divergences)."""
+regression), against Pyro's NUTS (two moons, y = x³) and NumPyro's (y = x³), a bimodal target (R-hat), and
+Neal's funnel (divergences)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pyro.ops.stats import effective_sample_size
 from torch import nn
 
 from pyrobnn import BayesianNetwork, Categorical, Gaussian, GaussianPrior, ScaleMixturePrior
-from pyrobnn.data import two_moons
+from pyrobnn.data import cubic, two_moons
 from pyrobnn.distributions import IsotropicNormal
 from pyrobnn.infer.batched_nuts import BatchedNUTS, sample_chains
 from pyrobnn.infer.hmc_util import (
@@ -300,6 +301,24 @@ def test_nuts_recovers_bayesian_linear_regression_posterior():
     assert torch.allclose(result.predictions[2, 7].double(), (design @ theta[2 * 400 + 7])[:, None], atol=1e-4)
 
 
+def predictive_moments(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean and variance over draws of ``values`` ``(chains, draws, points)``, and the bulk ESS of each point."""
+    values = values.double()
+    ess = effective_sample_size(values, chain_dim=0, sample_dim=1).clamp(min=10)
+    flat = values.flatten(0, 1)
+    return flat.mean(0), flat.var(0), ess
+
+
+def assert_same_predictive(a, b, z_max: float = 4.5) -> None:
+    """Two samplers' predictive means agree within their Monte-Carlo errors (var / ESS), and so do their
+    variances (standard error var * sqrt(2 / ESS), as for Gaussian draws)."""
+    (m1, v1, e1), (m2, v2, e2) = a, b
+    z_mean = (m1 - m2) / (v1 / e1 + v2 / e2).sqrt()
+    z_var = (v1 - v2) / (2 * v1**2 / e1 + 2 * v2**2 / e2).sqrt()
+    assert (z_mean.abs() < z_max).all(), z_mean
+    assert (z_var.abs() < z_max).all(), z_var
+
+
 def test_two_moons_predictive_agrees_with_pyros_nuts():
     """The same model, prior and data, sampled by Pyro's NUTS and by the batched sampler: the predictive class
     probabilities on a grid agree within Monte-Carlo error."""
@@ -313,13 +332,71 @@ def test_two_moons_predictive_agrees_with_pyros_nuts():
         result = sample_posterior(model, data.x_train, data.y_train, num_samples=draws, warmup=draws, num_chains=chains,
                                   seed=0, sampler=sampler, prediction_x=grid, init_jitter=0.1)
         assert result.diagnostics["sampler"] == sampler and result.diagnostics["prediction_r_hat_max"] < 1.1
-        probs = result.predictions[..., 1].double()  # (chains, draws, points)
-        ess = effective_sample_size(probs, chain_dim=0, sample_dim=1).clamp(min=10)
-        flat = probs.flatten(0, 1)
-        predictive[sampler] = (flat.mean(0), flat.var(0) / ess)
-    (m1, v1), (m2, v2) = predictive["pyro"], predictive["batched"]
-    z = (m1 - m2) / (v1 + v2).sqrt()
-    assert (z.abs() < 4.5).all(), z
+        predictive[sampler] = predictive_moments(result.predictions[..., 1])
+    assert_same_predictive(predictive["pyro"], predictive["batched"])
+
+
+def cubic_problem(hidden: int = 6):
+    """y = x³ + N(0, 3²) on 20 points, x and y standardised on them, the noise 3 / s_y; a grid over the data and
+    beyond it (the extrapolation where the posterior is widest)."""
+    data = cubic(n_train=20, n_test=10, seed=1)
+    x, y = data.x_train, data.y_train
+    x, y, s_y = (x - x.mean()) / x.std(), (y - y.mean()) / y.std(), float(y.std())
+    grid = torch.linspace(-2.5, 2.5, 9)[:, None]
+    return x, y, 3.0 / s_y, grid, hidden
+
+
+def numpyro_cubic_predictive(x, y, noise, grid, hidden, chains: int, draws: int):
+    """NumPyro's NUTS on the same network, prior N(0, 1) and likelihood, written independently in JAX:
+    predictive means at ``grid`` ``(chains, draws, points)``."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import numpyro.distributions as nd
+    from jax import numpy as jnp
+
+    def mlp(params, inputs):
+        return jax.nn.relu(inputs @ params["w1"].T + params["b1"]) @ params["w2"].T + params["b2"]
+
+    shapes = {"w1": (hidden, 1), "b1": (hidden,), "w2": (1, hidden), "b2": (1,)}
+
+    def model(inputs, targets):
+        params = {name: numpyro.sample(name, nd.Normal(0.0, 1.0).expand(shape).to_event(len(shape)))
+                  for name, shape in shapes.items()}
+        numpyro.sample("y", nd.Normal(mlp(params, inputs), noise).to_event(2), obs=targets)
+
+    kernel = numpyro.infer.NUTS(model, max_tree_depth=CUBIC_TREE_DEPTH)
+    mcmc = numpyro.infer.MCMC(kernel, num_warmup=draws, num_samples=draws, num_chains=chains,
+                              chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
+    samples = mcmc.get_samples(group_by_chain=True)
+    means = jax.vmap(jax.vmap(lambda params: mlp(params, jnp.asarray(grid.numpy()))))(samples)
+    return torch.from_numpy(jax.device_get(means).copy())[..., 0]
+
+
+CUBIC_TREE_DEPTH = 8
+"""Every sampler of the y = x³ comparison stops trajectories at 255 leapfrog steps (a valid NUTS kernel at any depth;
+this posterior's trajectories would otherwise run to hundreds of steps and the test to minutes)."""
+
+
+def test_cubic_predictive_agrees_with_pyros_nuts_and_numpyros():
+    """y = x³ with a 1-6-1 ReLU network: the predictive mean function's mean and variance on a grid (inside the
+    data and extrapolating) agree between the batched sampler, Pyro's NUTS and NumPyro's NUTS (an independent
+    implementation in JAX), within Monte-Carlo error."""
+    pytest.importorskip("numpyro")
+    x, y, noise, grid, hidden = cubic_problem()
+    predictive = {}
+    for sampler, chains, draws in (("pyro", 2, 100), ("batched", 8, 200)):
+        pyro.set_rng_seed(0)
+        model = BayesianNetwork(MLP(1, (hidden,), 1), Gaussian(noise), prior=GaussianPrior(0.0, 1.0))
+        result = sample_posterior(model, x, y, num_samples=draws, warmup=draws, num_chains=chains, seed=0,
+                                  sampler=sampler, prediction_x=grid, init_jitter=0.1, jit=sampler == "pyro",
+                                  max_tree_depth=CUBIC_TREE_DEPTH)
+        assert result.diagnostics["prediction_r_hat_max"] < 1.1
+        predictive[sampler] = predictive_moments(result.predictions[..., 0])
+    assert_same_predictive(predictive["pyro"], predictive["batched"])
+    reference = predictive_moments(numpyro_cubic_predictive(x, y, noise, grid, hidden, chains=4, draws=300))
+    assert_same_predictive(reference, predictive["batched"])
+    assert_same_predictive(reference, predictive["pyro"])
 
 
 def test_chains_in_different_modes_are_flagged_by_r_hat():

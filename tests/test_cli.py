@@ -647,8 +647,8 @@ def test_mcmc_help_lists_its_groups_and_only_options_that_apply(capsys, monkeypa
     assert {"--dataset", "--train-size", "--test-size", "--model", "--hidden", "--bayesian", "--prior",
             "--prior.scale", "--likelihood", "--likelihood.scale", "--num-samples", "--warmup", "--num-chains",
             "--target-accept", "--max-tree-depth", "--init-jitter", "--jit", "--out", "--seed",
-            "--no-progress"} <= flags
-    assert not flags & {"--dropout", "--val-size", "--data-root", "--likelihood.learn-scale", "--epochs",
+            "--no-progress", "--data-root", "--split", "--grid", "--sampler"} <= flags
+    assert not flags & {"--dropout", "--val-size", "--likelihood.learn-scale", "--epochs",
                         "--guide", "--samples", "--chains"}
     for group in ("data", "model", "prior", "likelihood", "mcmc", "output"):
         assert f"{group} options" in text, group

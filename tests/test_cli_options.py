@@ -93,12 +93,12 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
 
 MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--dataset": (["cubic"], []),
-    "--data-root": None,  # suppressed: toy problems are generated
+    "--data-root": (["{data_root}"], ["--dataset", "uci-yacht"]),
     "--train-size": (["30"], []),
     "--test-size": (["10"], []),
     "--val-size": None,
     "--augment": None,
-    "--split": None,  # suppressed: toy problems are generated, not split
+    "--split": (["3"], ["--dataset", "uci-yacht", "--data-root", "{data_root}"]),
     "--model": None,  # mlp is the only choice
     "--hidden": (["4", "4"], []),
     "--dropout": None,
@@ -125,6 +125,8 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--sampler": (["pyro"], []),
     "--compiler": (["script"], []),
     "--jit": ([], []),
+    "--grid": (["tau=0.5,1"], ["--dataset", "cubic"]),
+    "--grid-samples": (["50"], []),
     "--out": (["{tmp}/elsewhere"], []),
     "--seed": (["7"], []),
     "--progress": ([], []),
@@ -180,12 +182,13 @@ def test_guide_components_reaches_the_mixture_guide(tmp_path):
 
 
 @pytest.mark.parametrize("flag", sorted(f for f, case in MCMC_CASES.items() if case is not None))
-def test_each_mcmc_option_with_a_non_default_value_builds_the_run(flag, tmp_path):
+def test_each_mcmc_option_with_a_non_default_value_builds_the_run(flag, tmp_path, request):
     value, context = MCMC_CASES[flag]
     defaults = MCMCConfig().flags()
     argv = ["mcmc", "--train-size", "40", "--test-size", "20", "--out", str(tmp_path / "run"), *context,
             *_argv(flag, value, [], defaults)]
-    cfg = _parse(_fill(argv, None, tmp_path))
+    data_root = request.getfixturevalue("data_root") if any("{data_root}" in a for a in argv) else None
+    cfg = _parse(_fill(argv, data_root, tmp_path))
     assert cfg.flags()[flag] != defaults[flag]
     check_mcmc(cfg)
     assert build_network(cfg, load_data(cfg)).sites()

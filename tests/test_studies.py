@@ -17,6 +17,7 @@ from pyrobnn.cli.options import RunConfig
 from pyrobnn.studies import Study, cache, executors, rebuild_report
 from pyrobnn.studies.aggregate import flatten
 from pyrobnn.studies.cells import NOT_IN_KEY, accepted_options, cache_key, make_cell, parse_cell
+from pyrobnn.studies.report import mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,3 +186,100 @@ def test_a_process_pool_and_a_dask_cluster_give_the_serial_records(serial, tmp_p
             assert got.keys() == want.keys()
             assert all(math.isclose(got[k], want[k], rel_tol=1e-6, abs_tol=1e-9) for k in got if k != "label"), \
                 executor
+
+
+# ----------------------------------------------------------------------------- published figures, configurations
+
+PUBLISHED_STUDY = """
+[study]
+name = "toy"
+seeds = 2
+default_configuration = "gpu"
+base = {toy}
+
+[configurations.cpu]
+base = ["--lr", "0.01"]
+
+[configurations.gpu]
+base = ["--lr", "0.02", "--batch-size", "20"]
+
+[vary]
+guide = ["normal", "dropout"]
+
+[published]
+source = "A paper, Table 1"
+normal = {{ error = 0.25, nll = 0.5 }}
+"guide=dropout" = {{ accuracy = 0.9 }}
+"""
+
+
+def write_study_file(path: Path, **replace: str) -> Path:
+    text = PUBLISHED_STUDY.format(toy=json.dumps(TOY))
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+def test_a_configuration_adds_its_base_and_the_report_names_it_with_the_published_figures(tmp_path, capsys):
+    path = write_study_file(tmp_path / "toy.toml")
+    assert Study.from_file(path).configuration == "gpu"  # default_configuration
+    cpu = Study.from_file(path, "cpu")
+    assert cpu.configuration == "cpu" and cpu.base[-2:] == ("--lr", "0.01")
+    out = tmp_path / "out"
+    main(["study", "--file", str(path), "--configuration", "cpu", "--out", str(out), "--no-progress"])
+    configs = [parse_cell("train", cell["argv"]) for cell in json.loads((out / "study.json").read_text())["cells"]]
+    assert [c.optim.lr for c in configs] == [0.01] * 4 and {c.guide.name for c in configs} == {"normal", "dropout"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["configuration"] == "cpu" and summary["published"]["source"] == "A paper, Table 1"
+    normal = next(entry for entry in summary["labels"] if entry["label"] == "normal")
+    ours = normal["metrics"]["accuracy"]
+    markdown = (out / "summary.md").read_text()
+    assert "# Study summary (configuration cpu)" in markdown and "Source: A paper, Table 1." in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| normal | 2 done"))
+    assert f"{mean_se(ours)} (published 0.75)" in row  # error 0.25 as our accuracy, beside our mean ± se
+    assert "| normal | accuracy |" in markdown and "error = 0.25" in markdown and "(published 0.5)" in row  # nll
+    dropout = next(line for line in markdown.splitlines() if line.startswith("| dropout | 2 done"))
+    assert "(published 0.9)" in dropout
+    printed = capsys.readouterr().out
+    assert "configuration cpu" in printed and "published 0.75" in printed and "A paper, Table 1" in printed
+    (out / "summary.md").unlink()
+    main(["study", "report", str(out)])  # rebuilt from study.json: the same figures and configuration
+    assert (out / "summary.md").read_text() == markdown
+
+
+@pytest.mark.parametrize("replace, named", [
+    ({'normal = {': 'nope = {'}, "[published] 'nope': names no label of this study; give a label, an axis value "
+                                "or NAME=VALUE; its labels are 'normal', 'dropout'"),
+    ({"error = 0.25": "top1 = 0.75"}, "unknown metric 'top1'; choose one of accuracy, error"),
+    ({'source = "A paper, Table 1"': ""}, "[published] needs a source"),
+    ({'default_configuration = "gpu"': 'default_configuration = "tpu"'},
+     "--configuration tpu: not a configuration of this study; its configurations are cpu, gpu"),
+    ({"[configurations.gpu]": "[configurations.gpu]\nseeds = 3"}, "[configurations.gpu]: unknown key seeds"),
+])
+def test_bad_published_figures_or_configurations_are_one_error_naming_them(replace, named, tmp_path):
+    path = write_study_file(tmp_path / "toy.toml", **replace)
+    with pytest.raises(ValueError) as error:
+        Study.from_file(path)
+    assert str(error.value).startswith(f"{path}: ") and named in str(error.value)
+
+
+def test_an_unknown_configuration_on_the_command_line_is_one_line_and_writes_nothing(tmp_path, capsys):
+    path = write_study_file(tmp_path / "toy.toml")
+    for argv, named in ((["--file", str(path), "--configuration", "tpu"], "its configurations are cpu, gpu"),
+                        (["--vary", "guide=normal", "--configuration", "gpu"], "give --file STUDY.toml too")):
+        with pytest.raises(SystemExit):
+            main(["study", *TOY, *argv, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_published_keys_match_labels_axis_values_and_pairs_and_survive_a_narrowed_axis(tmp_path):
+    figures = {"source": "S", "bbb": {"accuracy": 0.5}, "hidden=8 method=map": {"error": 0.1}}
+    grid = Study(base=TOY, vary={"hidden": ["4", "8"], "method": ["bbb", "map"]}, published=figures)
+    narrowed = grid.replace(vary={"hidden": ["8"], "method": ["map"]})
+    assert narrowed.published == {"source": "S", "hidden=8 method=map": {"error": 0.1}}
+    assert grid.replace(vary={"hidden": ["4"], "method": ["map"]}).published == {}
+    with pytest.raises(ValueError, match="'hidden=16': names no label"):
+        Study(base=TOY, vary={"hidden": ["4", "8"]}, published={"source": "S", "hidden=16": {"nll": 1.0}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import io
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,19 @@ from rich.console import Console
 
 from pyrobnn.studies import load_study
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_FILES = sorted((ROOT / "studies").glob("*.toml"))
 TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "1", "--num-samples", "4", "--device", "cpu"]
 """Added to every study's base: later arguments win, so the file's sizes give way (an axis value that sets its own
 --num-samples 1 keeps it)."""
+TINY_MCMC = ["--warmup", "4", "--num-chains", "2", "--max-tree-depth", "3", "--grid-samples", "4"]
+"""Added as well where every cell samples (``pyrobnn mcmc``, which takes neither --epochs nor a train's
+--num-samples)."""
 
 
 def example_methods(path: Path) -> tuple[str, ...]:
@@ -35,7 +44,8 @@ def test_there_are_study_files():
 @pytest.mark.parametrize("path", STUDY_FILES, ids=lambda path: path.stem)
 def test_a_study_file_runs_every_cell_at_a_tiny_size(path, data_root, tmp_path):
     study = load_study(path)
-    tiny = study.replace(base=(*study.base, *TINY, "--data-root", str(data_root)),
+    sampling = all(cell.command == "mcmc" for cell in study.cells())
+    tiny = study.replace(base=(*study.base, *TINY, *(TINY_MCMC if sampling else ()), "--data-root", str(data_root)),
                          seeds=None if study.seeds is None else 1, splits=None if study.splits is None else 1)
     records = tiny.run(tmp_path / "study", progress=False, console=Console(file=io.StringIO()))
     assert [r["label"] for r in records] == tiny.labels()
@@ -54,3 +64,28 @@ def test_an_example_study_has_a_first_axis_with_a_value_per_method_of_its_exampl
     axis, values = next(iter(study.vary.items()))
     assert len(values) == len(methods), f"{path.name}: [vary] {axis} names {len(methods)} methods, in order"
     assert study.resolved_baseline() in study.labels()
+
+
+def study_file(path: Path) -> dict:
+    return tomllib.loads(path.read_text())
+
+
+@pytest.mark.parametrize("path, configuration", [(p, c) for p in STUDY_FILES
+                                                 for c in list(study_file(p).get("configurations", {})) or [None]],
+                         ids=lambda value: value.stem if isinstance(value, Path) else str(value))
+def test_every_configuration_of_a_study_file_parses_its_cells(path, configuration):
+    study = load_study(path, configuration)
+    one = study.replace(seeds=None if study.seeds is None else 1, splits=None if study.splits is None else 1)
+    assert study.configuration == configuration and len(one.cells()) == len(study.labels())
+    assert study.resolved_baseline() in study.labels()
+
+
+@pytest.mark.parametrize("path", [p for p in STUDY_FILES if "published" in study_file(p)], ids=lambda path: path.stem)
+def test_every_published_figure_of_a_study_file_is_beside_a_label_of_one_of_its_configurations(path):
+    document = study_file(path)
+    shown = set()
+    for configuration in document.get("configurations", {}) or [None]:
+        published = load_study(path, configuration).published
+        assert not published or published["source"] == document["published"]["source"]
+        shown |= set(published)
+    assert shown == set(document["published"])

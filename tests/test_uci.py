@@ -243,19 +243,10 @@ def _cfg(folder, tmp_path, *extra):
                    "--out", str(tmp_path / "run"), *extra])
 
 
-def test_the_grid_never_reads_the_test_split(folder, tmp_path, monkeypatch):
+def test_the_grid_never_reads_the_test_split(folder, tmp_path, request):
     cfg = _cfg(folder, tmp_path, "--grid", "guide.rate=0.01,0.2", "tau=0.5,2")
     data = load_data(cfg)  # the run's own data: its test split is read here, before the search
-    read = []
-    original_rows = uci_module._rows
-
-    def watched(where, part, split, n):
-        read.append((part, split))
-        if part == "test":
-            raise AssertionError("the hyper-parameter search read the test split")
-        return original_rows(where, part, split, n)
-
-    monkeypatch.setattr(uci_module, "_rows", watched)
+    read = request.getfixturevalue("forbid_test_split")
     chosen, selection = select_hyperparameters(cfg, data)
     assert read and set(read) == {("train", 1)}
     assert len(selection["points"]) == 4 and (selection["fit_size"], selection["held_out_size"]) == (19, 5)

@@ -16,15 +16,20 @@ from pyrobnn.checks import in_range, nonnegative, nonnegative_int, one_line, pos
 from pyrobnn.cli.methods import resolve_method
 from pyrobnn.cli.options import (
     MCMC_MODELS,
+    PROTOCOL,
     SPARSE_VD_LR,
+    TAU,
+    TOY_DATASETS,
     BetaOptions,
     LikelihoodOptions,
     MCMCConfig,
+    MCMCLikelihoodOptions,
     RunConfig,
     api_value,
     flag,
-    toy_dataset,
+    mcmc_dataset,
 )
+from pyrobnn.data import uci_protocol
 from pyrobnn.guides import GUIDES
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
 from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer
@@ -36,7 +41,7 @@ from pyrobnn.model.priors import PRIORS
 from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
-           "GuideRateOptim", "load_pretrained", "check_run", "check_posterior", "check_mcmc"]
+           "GuideRateOptim", "load_pretrained", "check_run", "check_posterior", "check_mcmc", "noise_grid"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -221,7 +226,7 @@ def check_posterior(cfg: RunConfig) -> None:
 
 
 def check_mcmc(cfg: MCMCConfig) -> None:
-    """Validate everything that needs no data: the NUTS options, a toy dataset and its sizes, a small
+    """Validate everything that needs no data: the NUTS options, a toy or UCI dataset and its sizes, a small
     mlp without dropout, a prior with a density, and no option that has no meaning for NUTS.
 
     Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
@@ -233,7 +238,15 @@ def check_mcmc(cfg: MCMCConfig) -> None:
     nonnegative_int("--warmup", mc.warmup)
     in_range("--target-accept", mc.target_accept, 0, 1, "()")
     nonnegative("--init-jitter", mc.init_jitter)
-    toy_dataset(cfg.data.dataset)
+    positive_int("--grid-samples", mc.grid_samples)
+    dataset = mcmc_dataset(cfg.data.dataset)
+    if cfg.data.split is not None:
+        if dataset in TOY_DATASETS:
+            raise ValueError(f"--split applies to the UCI data sets (uci-NAME, uci:PATH); {cfg.data.dataset} is a "
+                             "generated toy problem: drop --split")
+        nonnegative_int("--split", cfg.data.split)
+    if mc.grid:
+        noise_grid(cfg, read_protocol=False)
     for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
         if value is not None:
             positive_int(option, value)
@@ -304,3 +317,37 @@ def learning_rate(cfg: RunConfig) -> float:
     if cfg.optim.lr is not None:
         return cfg.optim.lr
     return SPARSE_VD_LR if cfg.prior.name == "log-uniform" else Optim.lr
+
+
+def noise_grid(cfg: MCMCConfig, read_protocol: bool = True) -> tuple[str, ...]:
+    """The noise precisions :math:`\\tau` of ``--grid`` (as written; ``protocol``: the data set's
+    ``tau_values.txt``, read only with ``read_protocol``); empty without ``--grid``. A malformed entry, another name
+    than ``tau``, a value that is not a positive number, a repeated value, or ``--likelihood.scale`` beside
+    ``--grid`` is a :class:`ValueError` naming ``--grid``."""
+    values: list[str] = []
+    for spec in cfg.mcmc.grid:
+        if spec.strip() == PROTOCOL:
+            if read_protocol:
+                values += [repr(tau) for tau in uci_protocol(cfg.data.dataset, cfg.data.data_root).tau_values]
+            continue
+        name, sep, texts = spec.partition("=")
+        items = [text.strip() for text in texts.split(",") if text.strip()]
+        if name.strip().lstrip("-") != TAU or not sep or not items:
+            raise ValueError(f"--grid {spec!r}: pyrobnn mcmc chooses only the noise precision; write "
+                             f"{TAU}=V1,V2,... (in the target's original units) or {PROTOCOL}")
+        for text in items:
+            try:
+                tau = float(text)
+            except ValueError:
+                tau = math.nan
+            if not (math.isfinite(tau) and tau > 0):
+                raise ValueError(f"--grid {TAU}={text}: the noise precision must be a positive number")
+        values += items
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise ValueError(f"--grid names {TAU}={', '.join(repeated)} more than once")
+    if cfg.mcmc.grid and cfg.likelihood.scale != MCMCLikelihoodOptions().scale:
+        raise ValueError(f"--likelihood.scale {cfg.likelihood.scale} and --grid both set the noise: drop one")
+    if read_protocol and cfg.mcmc.grid and not values:
+        raise ValueError(f"--grid {PROTOCOL}: {cfg.data.dataset} has no noise precisions (tau_values.txt)")
+    return tuple(values)

@@ -5,7 +5,9 @@ The protocol of the UCI regression benchmark (Hernández-Lobato & Adams 2015; Ga
 training set (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is not even read) and scored on
 the held-out 20 % by the log-likelihood of its predictive mixture (classification: minus the NLL), in the target's
 original units; the run is then trained on the whole training set with the best combination (the first one on
-ties), and ``metrics.json`` records every point under ``selection``.
+ties), and ``metrics.json`` records every point under ``selection``. The points train with the traced step
+(:data:`~pyrobnn.infer.svi.TRACE`: the eager step's numbers, its Python run once per batch shape), since the
+protocol's networks are small enough that the Python of a step costs more than its arithmetic.
 
 A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
 (``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
@@ -30,20 +32,14 @@ from typing import Literal, Union
 import pyro
 
 from pyrobnn.cli.build import build, check_run
-from pyrobnn.cli.options import DataOptions, OutputOptions, RunConfig
+from pyrobnn.cli.options import PROTOCOL, TAU, DataOptions, OutputOptions, RunConfig
 from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
-from pyrobnn.infer.svi import fit
+from pyrobnn.infer.svi import TRACE, fit
 
 __all__ = ["TAU", "PROTOCOL", "grid_axes", "configured", "select_hyperparameters"]
-
-TAU = "tau"
-"""The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
-
-PROTOCOL = "protocol"
-"""The grid entry that stands for the data set's own grid."""
 
 _SCALE = "--likelihood.scale"
 
@@ -164,7 +160,8 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
     for i, (point, run) in enumerate(zip(points, runs)):
         pyro.set_rng_seed(run.optim.seed)  # weight initialisation
         model, guide = build(run, held)
-        fit(model, guide, held.x_train, held.y_train, **fit_options(run), device=device, progress=False)
+        fit(model, guide, held.x_train, held.y_train, **fit_options(run), device=device, progress=False,
+            compile=TRACE)  # the grid's small networks: the step's Python recorded once, not run every step
         metrics = test_report(model, guide, held, run.output.num_samples, run.optim.seed,
                               moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
         records.append({"values": point, **metrics})

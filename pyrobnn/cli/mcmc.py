@@ -1,86 +1,164 @@
-"""``pyrobnn mcmc``: NUTS on a small network and a toy problem; draws.pt, diagnostics.json and a plot."""
+r"""``pyrobnn mcmc``: NUTS on a small network, on a toy problem or a UCI regression data set; draws.pt,
+diagnostics.json and (toy problems) a plot.
+
+On a UCI data set (``--dataset uci-boston --split 3``) the run follows the benchmark's protocol as ``pyrobnn train``
+does (:mod:`pyrobnn.data.uci`): inputs and target standardised on the training split, RMSE and the test
+log-likelihood of the predictive mixture of all draws in the target's original units (the same
+:func:`~pyrobnn.cli.runs.test_report`).
+
+The Gaussian likelihood's noise is held fixed while NUTS samples the weights. ``--grid protocol`` (or
+``--grid tau=V1,V2,...``) chooses its precision :math:`\tau` (original units; :math:`\sigma = 1/(\sqrt\tau\, s_y)`
+on the standardised target) on an 80/20 split of the training split only, as ``pyrobnn train --grid`` does for
+the variational methods (:mod:`pyrobnn.cli.grid`): one short NUTS run per value on the first 80 %
+(``--grid-samples`` warm-up steps and draws per chain), scored by the log-likelihood of its predictive mixture on
+the held-out 20 %; the test split is not read until the chosen run is tested. The sampled posterior is then the
+exact posterior of the same fixed-noise model whose variational approximations the other methods fit, with the
+noise chosen by the same protocol (the HMC baseline of Hernández-Lobato & Adams 2015 samples :math:`\tau` under a
+Gamma prior instead; here the sampled dimension stays the weights', so the batched sampler runs unchanged).
+"""
 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pyro
 import torch
 
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
-from pyrobnn.checkpoint import save_checkpoint
-from pyrobnn.cli.build import build_network, check_mcmc
-from pyrobnn.cli.options import MCMC_MAX_WEIGHTS, MCMCConfig, api_value
-from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown, warn
-from pyrobnn.cli.runs import MCMC_KIND, load_data, test_report
+from pyrobnn.cli.build import build_network, check_mcmc, noise_grid
+from pyrobnn.cli.grid import configured
+from pyrobnn.cli.options import (
+    MCMC_MAX_WEIGHTS,
+    TAU,
+    TOY_DATASETS,
+    MCMCConfig,
+    api_value,
+    mcmc_dataset,
+)
+from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, num, say, shown, warn
+from pyrobnn.cli.runs import MCMC_KIND, load_data, save_draws, test_report
 from pyrobnn.files import check_writable, write_json
-from pyrobnn.infer.mcmc import sample_posterior
+from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
 
-__all__ = ["SamplingFailed", "mcmc"]
+__all__ = ["SamplingFailed", "mcmc", "choose_noise"]
 
 
 class SamplingFailed(RuntimeError):
     """NUTS stopped with an error (e.g. no finite potential energy at the initial weights)."""
 
 
+def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: bool):
+    """The network of ``cfg`` (its weights seeded by ``--seed``: the chains start there) and NUTS's
+    :class:`~pyrobnn.infer.mcmc.MCMCResult` on ``data``'s training set."""
+    mc = cfg.mcmc
+    pyro.set_rng_seed(cfg.output.seed)  # weight initialisation: the chains start there (plus --init-jitter)
+    model = build_network(cfg, data)
+    size = sum(math.prod(site.shape) for site in model.sites())
+    if size > MCMC_MAX_WEIGHTS:
+        raise ValueError(f"--hidden {shown(cfg.model.hidden)}: the network has {size} Bayesian weights; pyrobnn mcmc "
+                         f"samples at most {MCMC_MAX_WEIGHTS} (NUTS explores one dimension per weight): use narrower "
+                         "--hidden layers, --bayesian last-layer, or `pyrobnn train`")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small network's products gain nothing from intra-op threads, which only contend
+    try:
+        result = sample_posterior(model, data.x_train, data.y_train, num_samples=num_samples, warmup=warmup,
+                                  num_chains=mc.num_chains, seed=cfg.output.seed, init_jitter=mc.init_jitter,
+                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth,
+                                  sampler=api_value(mc.sampler), compiler=api_value(mc.compiler), jit=mc.jit,
+                                  progress=progress)
+    except RuntimeError as error:
+        raise SamplingFailed(str(error)) from error
+    finally:
+        torch.set_num_threads(threads)
+    return model, result
+
+
+def _tested(model, result: MCMCResult, data, seed: int) -> dict:
+    """The test report of all draws' predictive mixture (original units for a standardised target)."""
+    posterior = result.posterior()
+    return test_report(model, posterior, data, len(posterior), seed)
+
+
+def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
+    """``cfg`` with the ``--grid`` noise precision of highest held-out log-likelihood (``--likelihood.scale`` =
+    :math:`1/(\\sqrt\\tau\\, s_y)`, :math:`s_y` of ``data``, the run's training split), and the record of the search
+    ``{"grid", "score", "fit_size", "held_out_size", "warmup", "num_samples", "points", "chosen", "seconds"}``
+    (``None`` without ``--grid``). Each value is sampled on the first 80 % of the training split
+    (:func:`~pyrobnn.cli.runs.load_data` with ``validation=True``: a UCI data set's test split is not read) and
+    scored on the other 20 %; the first of equal scores wins."""
+    taus = noise_grid(cfg)
+    if not taus:
+        return cfg, None
+    if data.task != "regression":
+        raise ValueError(f"--grid chooses the Gaussian noise of a regression data set; {cfg.data.dataset} is "
+                         f"{data.task}")
+    held = load_data(cfg, validation=True)
+    steps = cfg.mcmc.grid_samples
+    say(f"--grid: {len(taus)} noise precisions, each sampled on {len(held.x_train)} examples ({steps} warm-up + "
+        f"{steps} draws per chain) and scored on {len(held.x_test)} held out (log_likelihood)")
+    tick, records = time.perf_counter(), []
+    for i, tau in enumerate(taus):
+        run = configured(cfg, {TAU: tau}, held)
+        model, result = _sampled(run, held, steps, steps, progress=False)
+        metrics = _tested(model, result, held, cfg.output.seed)
+        records.append({"values": {TAU: tau}, **metrics,
+                        "prediction_r_hat_max": result.diagnostics["prediction_r_hat_max"]})
+        say(f"--grid {i + 1}/{len(taus)} {TAU}={tau}: held-out log_likelihood {num(metrics['log_likelihood'])}")
+    best = max(range(len(taus)), key=lambda i: records[i]["log_likelihood"])
+    say(f"--grid chose {TAU}={taus[best]} (held-out log_likelihood {num(records[best]['log_likelihood'])})")
+    return configured(cfg, {TAU: taus[best]}, data), {
+        "grid": {TAU: list(taus)}, "score": "log_likelihood", "fit_size": len(held.x_train),
+        "held_out_size": len(held.x_test), "warmup": steps, "num_samples": steps, "points": records,
+        "chosen": {TAU: taus[best]}, "seconds": time.perf_counter() - tick}
+
+
 def mcmc(cfg: MCMCConfig) -> dict:
-    """Sample the posterior of a small network on a toy problem with NUTS; write ``draws.pt``,
-    ``diagnostics.json`` and ``boundary.png`` (classification) or ``predictive.png`` (regression).
+    """Sample the posterior of a small network with NUTS, on a toy problem or a UCI regression data set (its
+    ``--split``); write ``draws.pt``, ``diagnostics.json`` (with the test metrics, and ``selection``, the noise
+    chosen by ``--grid``) and, on a toy problem, ``boundary.png`` (classification) or ``predictive.png``
+    (regression).
 
     The options, ``--out``, and the size of the network are checked before anything is written.
     """
     check_mcmc(cfg)
     out = Path(cfg.output.out)
     check_writable(out, "--out", directory=True)
-    seed, mc = cfg.output.seed, cfg.mcmc
+    tick = time.perf_counter()
     data = load_data(cfg)
-    pyro.set_rng_seed(seed)  # weight initialisation: the chains start there (plus --init-jitter)
-    model = build_network(cfg, data)
-    sites = model.sites()
-    size = sum(math.prod(site.shape) for site in sites)
-    if size > MCMC_MAX_WEIGHTS:
-        raise ValueError(f"--hidden {shown(cfg.model.hidden)}: the network has {size} Bayesian weights; pyrobnn mcmc "
-                         f"samples at most {MCMC_MAX_WEIGHTS} (NUTS explores one dimension per weight): use narrower "
-                         "--hidden layers, --bayesian last-layer, or `pyrobnn train`")
-    classification = data.task == "classification"
-    plot = out / ("boundary.png" if classification else "predictive.png")
-    say(f"pyrobnn mcmc {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model "
-         f"{cfg.model.name} {shown(cfg.model.hidden)}, {size} Bayesian weights in {len(sites)} tensors, prior "
-         f"{cfg.prior.name}, NUTS ({mc.sampler} sampler) {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x "
-         f"({mc.warmup} warm-up + {mc.num_samples} draws), seed {seed}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a small network's products gain nothing from intra-op threads, which only contend
-    try:
-        result = sample_posterior(model, data.x_train, data.y_train, num_samples=mc.num_samples, warmup=mc.warmup,
-                                  num_chains=mc.num_chains, seed=seed, init_jitter=mc.init_jitter,
-                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth,
-                                  sampler=api_value(mc.sampler), compiler=api_value(mc.compiler), jit=mc.jit,
-                                  progress=cfg.output.progress)
-    except RuntimeError as error:
-        raise SamplingFailed(str(error)) from error
-    finally:
-        torch.set_num_threads(threads)
-    posterior = result.posterior()
+    cfg, selection = choose_noise(cfg, data)
+    seed, mc = cfg.output.seed, cfg.mcmc
+    toy = mcmc_dataset(cfg.data.dataset) in TOY_DATASETS
+    where = "" if toy else f" (split {cfg.data.split or 0})"
+    noise = "" if data.task != "regression" else f", noise scale {cfg.likelihood.scale:.4g}"
+    say(f"pyrobnn mcmc {cfg.data.dataset}{where}: {len(data.x_train)} train / {len(data.x_test)} test, model "
+        f"{cfg.model.name} {shown(cfg.model.hidden)}, prior {cfg.prior.name}{noise}, NUTS ({mc.sampler} sampler) "
+        f"{mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up + {mc.num_samples} "
+        f"draws), seed {seed}")
+    model, result = _sampled(cfg, data, mc.warmup, mc.num_samples, cfg.output.progress)
+    size = result.diagnostics["num_weights"]
     diagnostics = result.diagnostics
-    metrics = test_report(model, posterior, data, len(posterior), seed)
-    save_checkpoint(out / "draws.pt", {
-        "kind": MCMC_KIND, "config": cfg.to_dict(), "model": model.state_dict(),
-        "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; NUTS has neither guide nor epochs
-        "draws": {name: value.detach().cpu().contiguous() for name, value in result.draws.items()},
-        "diagnostics": diagnostics, "test": metrics,
-    })
-    write_json(out / "diagnostics.json", json_safe({"diagnostics": diagnostics, "test": metrics,
-                                                     "config": cfg.to_dict()}))
-    title = f"{cfg.data.dataset}: NUTS, {draws_shape(result.draws)}, mlp {shown(cfg.model.hidden)}"
-    (boundary_plot if classification else predictive_plot)(model, posterior, data, plot, title)
-    console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights",
-                                    diagnostics))
+    metrics = _tested(model, result, data, seed)
+    save_draws(out / "draws.pt", MCMC_KIND, cfg, model, result.draws, diagnostics=diagnostics, test=metrics)
+    report = {"diagnostics": diagnostics, "test": metrics, "config": cfg.to_dict()}
+    if selection is not None:
+        report["selection"] = selection
+    report["seconds"] = time.perf_counter() - tick
+    write_json(out / "diagnostics.json", json_safe(report))
+    written = ["draws.pt", "diagnostics.json"]
+    if toy:
+        classification = data.task == "classification"
+        plot = out / ("boundary.png" if classification else "predictive.png")
+        title = f"{cfg.data.dataset}: NUTS, {draws_shape(result.draws)}, mlp {shown(cfg.model.hidden)}"
+        (boundary_plot if classification else predictive_plot)(model, result.posterior(), data, plot, title)
+        written.append(plot.name)
+    console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights", diagnostics))
     say(f"{diagnostics['sampler']} sampler ({diagnostics['compiler']}): function space (predictions at "
         f"{diagnostics['prediction_points']} training inputs): split R-hat max "
         f"{diagnostics['prediction_r_hat_max']:.3f}, bulk ESS min {diagnostics['prediction_ess_min']:.0f}")
-    console.print(metrics_table(f"test metrics ({len(posterior)} draws)", {"nuts": metrics}))
+    console.print(metrics_table(f"test metrics ({result.num_draws} draws)", {"nuts": metrics}))
     for warning in diagnostics.get("warnings", []):
         warn(warning)
-    say(f"wrote {out}/draws.pt, diagnostics.json, {plot.name}")
-    return {"diagnostics": diagnostics, "test": metrics}
+    say(f"wrote {out}/{', '.join(written)}")
+    return {"diagnostics": diagnostics, "test": metrics, **({"selection": selection} if selection else {})}

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, Optional
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
 from pyrobnn.cli.methods import METHOD_NAMES
-from pyrobnn.data import DATASETS, TOY_DATASETS, canonical_name
+from pyrobnn.data import DATASETS, TOY_DATASETS, UCI_DATASETS, canonical_name
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.distributions import KL_APPROXIMATIONS, MIXTURE_KLS
@@ -50,11 +50,18 @@ from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
 
+TAU = "tau"
+"""The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
+
+PROTOCOL = "protocol"
+"""The grid entry that stands for the data set's own grid."""
+
+
 __all__ = [
     "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
-    "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset",
+    "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
 ]
 
 ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
@@ -416,27 +423,51 @@ def toy_dataset(name: str) -> str:
     key = canonical_name(name) if isinstance(name, str) else name
     if key in TOY_DATASETS:
         return key
+    raise _not_sampled(name, key, f"the toy problems {', '.join(TOY_DATASETS)}")
+
+
+def _not_sampled(name, key, sampled: str) -> ValueError:
+    """The error for a ``--dataset`` that ``pyrobnn mcmc`` does not sample (``sampled``: what it does)."""
     known = key in DATASETS or (isinstance(name, str) and name.startswith("folder:"))
     advice = (f"for {name} train a variational posterior with `pyrobnn train`" if known
               else f"unknown dataset {name!r}")
-    raise ValueError(f"--dataset {name}: pyrobnn mcmc samples only the toy problems {', '.join(TOY_DATASETS)} "
-                     f"(NUTS runs full batch, hundreds of network passes per draw); {advice}")
+    return ValueError(f"--dataset {name}: pyrobnn mcmc samples only {sampled} (NUTS runs full batch, hundreds of "
+                      f"network passes per draw); {advice}")
+
+
+def mcmc_dataset(name: str) -> str:
+    """The canonical name of a dataset ``pyrobnn mcmc`` samples on: a toy problem (:func:`toy_dataset`) or a UCI
+    regression data set (``uci-NAME``, ``uci:PATH``; :mod:`pyrobnn.data.uci`, a few hundred to a few thousand rows,
+    full batch); anything else is a :class:`ValueError` naming ``--dataset``."""
+    if isinstance(name, str) and name.startswith("uci:"):
+        return name
+    key = canonical_name(name) if isinstance(name, str) else name
+    if key in UCI_DATASETS or key in TOY_DATASETS:
+        return key
+    raise _not_sampled(name, key, f"the toy problems {', '.join(TOY_DATASETS)} and the UCI regression data sets "
+                                  "(uci-NAME, uci:PATH)")
 
 
 @dataclass
 class ToyDataOptions(DataOptions):
-    """Which toy problem to sample on, and how many points to generate."""
+    """Which toy problem or UCI regression data set to sample on, and how many points to generate."""
 
-    dataset: Annotated[str, arg(metavar="{" + ",".join(TOY_DATASETS) + "}")] = "two-moons"
-    """Toy problem: two-moons (classification), cubic or sinusoid (regression)."""
-    data_root: Suppress[Optional[Path]] = None  # toy problems are generated, not read
+    dataset: Annotated[str, arg(metavar="{" + ",".join(TOY_DATASETS) + "}|uci-NAME|uci:PATH")] = "two-moons"
+    ("Toy problem: two-moons (classification), cubic or sinusoid (regression); or a UCI regression data set "
+     "(uci-boston, uci-yacht, ... or uci:PATH), standardised on its training split, metrics in the target's units.")
+    data_root: Annotated[Optional[Path], arg(metavar="PATH",
+                                             help_behavior_hint="(default: $PYROBNN_DATA, "
+                                                                "else ~/.cache/pyrobnn/data)")] = None
+    """UCI data sets: the directory holding uci/<folder>/ (toy problems are generated)."""
     train_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
-    """Generate this many training points (NUTS runs full batch: at most pyrobnn.infer.mcmc.MAX_FULL_BATCH)."""
+    ("Generate this many training points (UCI: a seeded subset of the training split; NUTS runs full batch: at most "
+     "pyrobnn.infer.mcmc.MAX_FULL_BATCH).")
     test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
-    """Generate this many test points."""
+    """Generate this many test points (UCI: a seeded subset of the test split)."""
     val_size: Suppress[int] = 0  # NUTS samples on every training point
     augment: Suppress[bool] = False  # toy problems are not images
-    split: Suppress[Optional[int]] = None  # toy problems are generated, not split
+    split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: 0)")] = None
+    """UCI data sets (uci-NAME, uci:PATH): which of the fixed train/test splits, 0 to n_splits - 1."""
 
 
 @dataclass
@@ -496,6 +527,13 @@ class MCMCOptions:
      "eager.")
     jit: Annotated[bool, _flat()] = _default(sample_posterior, "jit")
     """--sampler pyro: compile the potential energy and its gradient with the PyTorch JIT."""
+    grid: Annotated[tuple[str, ...], _flat(metavar="{tau=V1,V2,...,protocol}")] = ()
+    ("Choose the Gaussian noise precision tau (in the target's original units: likelihood.scale = 1 / (sqrt(tau) "
+     "y_std)) on an 80/20 split of the training set, the test set unseen: a short NUTS run (--grid-samples) on 80 "
+     "% per value, scored by the held-out log-likelihood of its predictive mixture; protocol: the UCI data set's "
+     "tau_values.txt. diagnostics.json's selection has every point.")
+    grid_samples: Annotated[int, _flat()] = 200
+    """--grid: warm-up steps and draws per chain of each short run on the 80 % split."""
 
 
 @dataclass
@@ -512,8 +550,8 @@ class MCMCOutputOptions:
 
 @dataclass
 class MCMCConfig(_Config):
-    """Sample the posterior of a small Bayesian network on a toy problem with NUTS (full batch); write draws.pt,
-    diagnostics.json and a plot to --out."""
+    """Sample the posterior of a small Bayesian network on a toy problem or a UCI regression data set with NUTS
+    (full batch); write draws.pt, diagnostics.json and (toy problems) a plot to --out."""
 
     data: OmitArgPrefixes[ToyDataOptions] = field(default_factory=ToyDataOptions)
     model: OmitArgPrefixes[MCMCModelOptions] = field(default_factory=MCMCModelOptions)

@@ -42,12 +42,12 @@ from pyrobnn.handlers import ESTIMATORS, kl_annealing
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
-from pyrobnn.infer.elbo import MeanFieldELBO
+from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
 from pyrobnn.infer.optim import Optim, make_scheduler
 from pyrobnn.infer.predict import predictive_outputs
 from pyrobnn.infer.schedules import Constant
 
-__all__ = ["fit", "svi_step", "compiled_terms", "check_objective", "TrainingDiverged", "History", "Callback",
+__all__ = ["fit", "svi_step", "compiled_terms", "TRACE", "check_objective", "TrainingDiverged", "History", "Callback",
            "PRECISIONS"]
 
 PRECISIONS = ("fp32", "bf16")
@@ -105,8 +105,9 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
     ``precision="bf16"`` runs the network under ``torch.autocast`` (see :data:`PRECISIONS`).
     ``compile`` (True, or the name of a ``torch.compile`` backend) computes the loss and its gradient by
-    ``torch.compile`` (:func:`compiled_terms`). The update is skipped (and the terms returned) when the loss is
-    not finite.
+    ``torch.compile`` (:func:`compiled_terms`); ``compile="trace"`` records the step's operations once per batch
+    shape and replays them (:data:`TRACE`: the eager numbers without the per-step Python). The update is
+    skipped (and the terms returned) when the loss is not finite.
     """
     check_objective(estimator, num_particles, elbo)
     terms_of = _terms
@@ -132,10 +133,14 @@ def compiled_terms(backend: bool | str = True) -> Callable:
 
     Pyro's effect handlers run in Python between compiled regions (graph breaks), which bounds the gain
     (``benchmarks/suite.py`` measures it). Where compiling fails (an operation or platform ``torch.compile`` does
-    not support) it warns once and the step runs eagerly."""
+    not support) it warns once and the step runs eagerly. ``backend="trace"`` (:data:`TRACE`) records the terms
+    with ``torch.jit.trace`` instead and replays the recording (:class:`_Traced`)."""
     backend = "inductor" if backend is True else backend
     if not isinstance(backend, str):
-        raise ValueError(f"compile must be True, False or the name of a torch.compile backend, got {backend!r}")
+        raise ValueError(f"compile must be True, False or the name of a torch.compile backend (or {TRACE!r}), got "
+                         f"{backend!r}")
+    if backend == TRACE:
+        return _Traced()
     compiled, fell_back = torch.compile(_terms, backend=backend), []
 
     def terms(*args):
@@ -156,16 +161,94 @@ def compiled_terms(backend: bool | str = True) -> Callable:
     return terms
 
 
-def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision):
+TRACE = "trace"
+"""``compile=TRACE``: the step's operations recorded once by ``torch.jit.trace`` and replayed (:class:`_Traced`)."""
+
+MAX_TRACES = 8
+"""Recordings one run keeps (one per batch shape and β): a β schedule that changes every step runs eagerly."""
+
+
+def _parameters(model, guide) -> list[torch.Tensor]:
+    return list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
+
+
+class _Traced:
+    r"""The loss terms of :func:`svi_step` as a TorchScript graph: the first step of each batch shape records every
+    tensor operation of the ELBO (:func:`torch.jit.trace`, the parameters as the graph's inputs) and later steps
+    replay the graph, so Pyro's effect handlers, the guide's and model's Python and the tensor subclasses of the
+    estimators run once per shape instead of once per step. On a small network (UCI regression: 13-50-1,
+    batches of 128) that Python is most of a step (``benchmarks/uci_speed.py``).
+
+    The replay runs the same operations in the same order without TorchScript's optimisations, the random draws
+    included (each draws anew from the global generator), so a seed gives the eager step's numbers; the recording
+    runs once more than the step it records, so the random state is restored after it. What a graph cannot follow
+    is Python state read at recording time: the graph is recorded again when the batch shape, β, the training
+    mode, ``num_data`` or a parameter's storage changes (at most :data:`MAX_TRACES` per run, then eagerly), and a
+    model whose Python reads tensor *values* to choose what to compute (a data-dependent branch) must not be
+    traced. Where recording fails it warns once and the run trains eagerly."""
+
+    def __init__(self):
+        self.graphs: dict = {}
+        self.failed: Exception | None = None
+        self.parameters: dict = {}  # (model, guide) ids -> their parameters, the graphs' inputs
+
+    def __call__(self, model, guide, x, y, elbo, beta, estimator, num_particles, precision):
+        args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
+        params = self.parameters.get((id(model), id(guide)))
+        if params is None:
+            params = self.parameters[id(model), id(guide)] = _parameters(model, guide)
+        key = (x.shape, x.dtype, x.device, y.shape, y.dtype, float(beta), model.training, model.num_data,
+               tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
+        graph = self.graphs.get(key)
+        if graph is None:
+            if self.failed is not None or len(self.graphs) >= MAX_TRACES:
+                return _terms(*args)
+            graph = self.graphs[key] = self._record(args, params)
+            if graph is None:
+                return _terms(*args)
+        with torch.jit.optimized_execution(False):
+            loss, nll, kl = graph(x, y, *params)
+        return ELBOTerms(loss, nll, kl)
+
+    def _record(self, args, params):
+        model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
+        rows = x.shape[0]
+
+        def step(x, y, *_params):  # the parameters are read from the modules: the same tensors as the inputs
+            terms = _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows)
+            return terms.loss, terms.nll, torch.as_tensor(terms.kl).to(terms.nll)
+
+        state = rng_state()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes read as Python values
+                warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", FutureWarning)
+                return torch.jit.trace(step, (x, y, *params), check_trace=False)
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # an error of the model itself is raised again by the eager step
+            self.failed = error
+            warnings.warn(f"compile={TRACE!r}: torch.jit.trace failed on this model, training eagerly instead: "
+                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
+                          RuntimeWarning, stacklevel=4)
+            return None
+        finally:
+            set_rng_state(state)
+
+
+def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows=None):
+    """The step's :class:`ELBOTerms`; ``rows``: the batch size as a Python int (``x.shape[0]``, which a trace
+    records as a tensor)."""
     elbo = elbo if elbo is not None else MeanFieldELBO()
     arithmetic = _precision(precision, x.device)
+    rows = x.shape[0] if rows is None else rows
     try:
         with arithmetic, kl_annealing(beta=beta), \
-                estimator_handler(estimator, num_particles, x.shape[0]) as handler, \
+                estimator_handler(estimator, num_particles, rows) as handler, \
                 mismatched_rows_unsupported(handler.particles):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
-        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, x.shape[0]):
+        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, rows):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     return terms
 
@@ -248,7 +331,9 @@ def fit(
         :class:`pyrobnn.data.augment.ImageAugment`).
     :param precision: ``"fp32"`` or ``"bf16"`` (the network under ``torch.autocast``; KL and log-likelihood in fp32).
     :param compile: compute each step's loss and gradient under ``torch.compile`` (True, or a backend's name;
-        :func:`compiled_terms`), falling back to eager steps with one warning where the model cannot compile.
+        :func:`compiled_terms`), falling back to eager steps with one warning where the model cannot compile;
+        ``"trace"``: record the step's operations once per batch shape and replay them (:data:`TRACE`), the eager
+        step's numbers without its per-step Python, for small networks whose steps that Python dominates.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
     :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).

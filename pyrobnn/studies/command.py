@@ -44,7 +44,12 @@ class StudyOptions:
     splits: Annotated[Optional[int], arg(metavar="N", help_behavior_hint="(default: none)")] = None
     """Run every combination on --split 0 .. N-1 (datasets with fixed splits)."""
     file: Annotated[Optional[Path], arg(metavar="TOML")] = None
-    """A study file: [study] name, base, seeds, splits, baseline, out; [vary] option = [values]."""
+    """A study file: [study] name, base, seeds, splits, baseline, out; [vary] option = [values]; [published],
+    [configurations.NAME]."""
+    configuration: Annotated[Optional[str], arg(metavar="NAME", help_behavior_hint=(
+        "(default: the file's default_configuration, else cpu)"))] = None
+    """With --file: the file's [configurations.NAME] to run (e.g. cpu, gpu), its base arguments added to the
+    study's."""
     baseline: Annotated[Optional[str], arg(metavar="LABEL", help_behavior_hint="(default: the first label)")] = None
     """The label the others are compared with, paired over seeds or splits."""
     out: Annotated[Optional[Path], arg(metavar="DIR", help_behavior_hint="(default: runs/<name>)")] = None
@@ -90,7 +95,10 @@ def study(args: Union[StudyOptions, StudyReport]) -> list[dict]:
     if args.file is None and not args.base and not args.vary:
         raise ValueError("pyrobnn study needs a study: the base run's train options (e.g. --dataset mnist --epochs "
                          "3) and --vary axes, or --file STUDY.toml; see pyrobnn study --help")
-    spec = Study.from_file(args.file) if args.file is not None else Study()
+    if args.configuration is not None and args.file is None:
+        raise ValueError(f"--configuration {args.configuration}: configurations belong to a study file; give "
+                         "--file STUDY.toml too")
+    spec = Study.from_file(args.file, args.configuration) if args.file is not None else Study()
     axes = dict(parse_axis(text) for text in args.vary)
     if len(axes) < len(args.vary):
         raise ValueError("--vary: an option is given twice; give all its values in one --vary NAME=V1,V2,...")

@@ -5,7 +5,9 @@ Markdown, CSV and JSON, and as plots.
 calls on the cached cells. It writes, into the study's directory, each file atomically
 (:func:`pyrobnn.files.atomic_write`):
 
-* ``summary.md``: the main metrics per label as mean ± standard error, the paired differences to the baseline
+* ``summary.md``: the configuration that ran (a study file's ``--configuration``), the main metrics per label as
+  mean ± standard error with the paper's figure beside ours where the study has ``[published]`` figures (and a table
+  of every published figure against ours, naming the source), the paired differences to the baseline
   with their 95 % Student-t intervals (``*`` where an interval excludes zero), every metric, the failed cells;
 * ``summary.csv``: one row per label and metric (n, mean, std, se, and the paired difference with its interval);
 * ``summary.json``: :func:`~pyrobnn.studies.aggregate.aggregate`'s summary, with the main metrics and the
@@ -28,6 +30,8 @@ from rich.text import Text
 from pyrobnn.analysis.plots import figure, save_png
 from pyrobnn.files import atomic_write, write_json
 from pyrobnn.studies.aggregate import aggregate, pooled_reliability, unit_name
+from pyrobnn.studies.cache import STUDY_FILE, read_json
+from pyrobnn.studies.published import matched_figures
 
 __all__ = ["CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "FILES", "write_report", "main_metrics", "mean_se",
            "difference_text", "summary_table", "summary_markdown", "summary_csv"]
@@ -109,10 +113,28 @@ def _caption(summary: dict) -> str:
     return text
 
 
+def published_by_label(summary: dict) -> dict[str, dict[str, dict]]:
+    """``{label: {our metric: its published figure}}`` of ``summary["published"]`` (the most specific key wins)."""
+    labels = (summary.get("published") or {}).get("labels", {})
+    return {label: {figure["ours"]: figure for figure in found} for label, found in labels.items()}
+
+
+def _with_published(text: str, figure: Optional[dict], separator: str) -> str:
+    return text if figure is None else f"{text}{separator}(published {_number(figure['converted'])})"
+
+
+def _configuration(summary: dict) -> str:
+    return f" (configuration {summary['configuration']})" if summary.get("configuration") else ""
+
+
 def summary_table(summary: dict, columns: Sequence[str]) -> Table:
     """The rich table of :func:`~pyrobnn.studies.aggregate.aggregate`'s ``summary``: one row per label, one
     column per metric in ``columns`` (mean ± se, and under it the paired difference to the baseline)."""
-    table = Table(title="study summary", caption=_caption(summary))
+    published = published_by_label(summary)
+    caption = _caption(summary)
+    if published:
+        caption += f"; published: {summary['published']['source']}"
+    table = Table(title="study summary" + _configuration(summary), caption=caption)
     table.add_column("label (cells)")
     for column in columns:
         table.add_column(column, justify="right")
@@ -121,6 +143,7 @@ def summary_table(summary: dict, columns: Sequence[str]) -> Table:
         for column in columns:
             metric = entry["metrics"].get(column)
             text = mean_se(metric) if metric is not None else "-"
+            text = _with_published(text, published.get(entry["label"], {}).get(column), "\n")
             if entry["difference"] is not None and column in entry["difference"]:
                 text += "\n" + difference_text(entry["difference"][column])
             elif entry["label"] == summary["baseline"] and metric is not None:
@@ -143,14 +166,31 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
     """``summary.md``: the main table, the paired differences with their intervals, every metric, the failed cells
     and the ``plots`` (file names beside it)."""
     done = sum(entry["cells"] for entry in summary["labels"])
-    lines = ["# Study summary", "",
+    published = published_by_label(summary)
+    lines = ["# Study summary" + _configuration(summary), "",
              f"{done + len(summary['failed'])} cells: {done} done, {len(summary['failed'])} failed (failed cells are "
-             f"listed below, not averaged). Each metric is the mean ± standard error over {_replicates(summary)}.", "",
-             "## Main metrics", ""]
+             f"listed below, not averaged). Each metric is the mean ± standard error over {_replicates(summary)}.", ""]
+    if summary.get("configuration"):
+        lines += [f"Configuration: `{summary['configuration']}` (the study file's [configurations."
+                  f"{summary['configuration']}]).", ""]
+    if published:
+        lines += [f"Published figures (in parentheses): {summary['published']['source']}.", ""]
+    lines += ["## Main metrics", ""]
     lines += _md_table(["label", "cells", *columns],
                        [[entry["label"], _cells(entry),
-                         *(mean_se(entry["metrics"][c]) if c in entry["metrics"] else "-" for c in columns)]
+                         *(_with_published(mean_se(entry["metrics"][c]) if c in entry["metrics"] else "-",
+                                           published.get(entry["label"], {}).get(c), " ") for c in columns)]
                         for entry in summary["labels"]])
+    if published:
+        lines += ["", "## Published figures", "", f"Source: {summary['published']['source']}.", ""]
+        rows = []
+        for entry in summary["labels"]:
+            for figure in summary["published"]["labels"].get(entry["label"], []):
+                ours = entry["metrics"].get(figure["ours"])
+                rows.append([entry["label"], figure["ours"], mean_se(ours) if ours else "-",
+                             _number(figure["converted"]), f"{figure['metric']} = {_number(figure['value'])}",
+                             figure["key"]])
+        lines += _md_table(["label", "metric", "ours (mean ± se)", "published", "as published", "key"], rows)
     baseline = summary["baseline"]
     if baseline is not None:
         lines += ["", f"## Paired differences to the baseline `{baseline}`", "",
@@ -268,12 +308,24 @@ def _plot_reliability(pooled: dict, path: Path) -> Path:
                      "reliability, bins pooled over the cells of each label")
 
 
-def write_report(records: list[dict], out: Path, baseline: str | None = None, console=None) -> None:
+def _published_summary(study: dict, summary: dict) -> dict:
+    """``{"source", "labels": {label: [figures]}}`` of ``study["published"]`` matched to the summary's labels."""
+    published = study.get("published") or {}
+    if not published:
+        return {}
+    labels = {entry["label"]: matched_figures(published, entry["label"], entry["axes"]) for entry in summary["labels"]}
+    return {"source": published["source"], "labels": {label: found for label, found in labels.items() if found}}
+
+
+def write_report(records: list[dict], out: Path, baseline: str | None = None, console=None,
+                 study: Optional[dict] = None) -> None:
     """Aggregate a study's cell records (:func:`~pyrobnn.studies.aggregate.aggregate`), print the summary table on
     ``console`` (default: pyrobnn's), and write :data:`FILES` into the directory ``out``.
 
     :param records: one dict per cell, done or failed (the format of :mod:`pyrobnn.studies.aggregate`).
     :param baseline: the label every other label is compared with (paired over seeds or splits), or None.
+    :param study: the study as :meth:`~pyrobnn.studies.spec.Study.to_dict` gives it, for its ``published`` figures
+        and ``configuration`` (default: ``out/study.json``'s).
     :raises ValueError: no records, a malformed record, a baseline that is no label; nothing is written then.
     """
     from pyrobnn.cli.report import console as terminal
@@ -281,6 +333,8 @@ def write_report(records: list[dict], out: Path, baseline: str | None = None, co
     console = console or terminal
     out = Path(out)
     summary = aggregate(records, baseline, LEVEL)
+    study = (read_json(out / STUDY_FILE) or {}) if study is None else study
+    summary.update(configuration=study.get("configuration"), published=_published_summary(study, summary))
     columns = main_metrics(summary["metrics"])
     pooled = pooled_reliability(records)
     plots = []

@@ -19,6 +19,28 @@ The same study as a file (``pyrobnn study --file ablation.toml``)::
     guide = ["normal", "dropout"]
     estimator = ["sample", "local"]
 
+A file may add the paper's figures (``[published]``: a source and, per label, ``metric = value``; see
+:mod:`pyrobnn.studies.published`), shown beside the study's in its report, and named configurations whose base
+arguments are appended to the study's and whose axes add to (or replace) its own (``pyrobnn study --file F
+--configuration gpu``; default: ``[study] default_configuration``, else ``cpu``); a published figure may name a label
+of any configuration::
+
+    [study]
+    default_configuration = "cpu"
+    base = ["--dataset", "mnist", "--epochs", "20"]
+
+    [configurations.cpu]
+    base = ["--train-size", "10000"]
+
+    [configurations.gpu]
+    base = ["--epochs", "300"]
+    vary = { hidden = [400, 1200] }
+
+    [published]
+    source = "Rahmanto (paper 003), Table 2"
+    bbb = { accuracy = 0.9807 }
+    mcdropout = { error = 0.0157 }
+
 Axis values are written as on the command line (``"800 800"`` or ``[800, 800]`` for ``hidden``, ``true`` /
 ``false`` for a switch); dotted option names are quoted keys or tables (``"prior.scale" = [0.1, 1.0]``).
 """
@@ -36,6 +58,7 @@ from typing import Mapping, Optional, Sequence, Union
 from pyrobnn.checks import positive_int
 from pyrobnn.cli.methods import resolve_method
 from pyrobnn.studies.cells import Cell, axis_arguments, check_axis, make_cell, split_options
+from pyrobnn.studies.published import check_published, unmatched_keys
 from pyrobnn.studies.runner import run_study
 
 if sys.version_info >= (3, 11):
@@ -45,8 +68,19 @@ else:  # pragma: no cover
 
 __all__ = ["Study", "parse_axis", "load_study"]
 
-STUDY_KEYS = ("name", "base", "seeds", "splits", "baseline", "out")
+STUDY_KEYS = ("name", "base", "seeds", "splits", "baseline", "out", "default_configuration")
 """The keys of a study file's ``[study]`` table."""
+
+TABLES = ("study", "vary", "published", "configurations")
+"""The tables of a study file."""
+
+CONFIGURATION_KEYS = ("base", "vary")
+"""The keys of a study file's ``[configurations.NAME]`` tables: base arguments appended to the study's, and axes
+added to (or replacing) its ``[vary]``."""
+
+DEFAULT_CONFIGURATION = "cpu"
+"""The configuration a file with ``[configurations]`` runs when neither the command line nor
+``default_configuration`` names one."""
 
 _REPLICATES = {"seeds": "seed", "splits": "split"}
 """A study's replicate counts -> the option each sets in its cells."""
@@ -88,6 +122,10 @@ class Study:
     :param baseline: the label the others are compared with (default: the first).
     :param name: the study's name: the label of a study without axes, and its default folder ``runs/<name>``.
     :param out: the study's folder (default ``runs/<name>``).
+    :param published: a paper's figures, ``{"source": "paper, table", label or axis value: {metric: value}}``
+        (:mod:`pyrobnn.studies.published`); a key that names no label is a :class:`ValueError`.
+    :param configuration: the name of the study file's configuration whose base arguments are in ``base`` (the
+        report records it).
     """
 
     base: Union[str, Sequence] = ()
@@ -97,6 +135,8 @@ class Study:
     baseline: Optional[str] = None
     name: str = "study"
     out: Optional[Path] = None
+    published: Mapping = field(default_factory=dict)
+    configuration: Optional[str] = None
 
     def __post_init__(self):
         base = shlex.split(self.base) if isinstance(self.base, str) else self.base
@@ -114,6 +154,13 @@ class Study:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
         self.out = None if self.out is None else Path(self.out)
+        self.published = check_published(self.published)
+        unknown = unmatched_keys(self.published, self._combinations(), self.name)
+        if unknown:
+            raise ValueError(f"[published] {unknown[0]!r}: names no label of this study; give a label, an axis "
+                             "value or NAME=VALUE; its labels are " + ", ".join(repr(label) for label in self.labels()))
+        if self.configuration is not None and not isinstance(self.configuration, str):
+            raise ValueError(f"configuration must be a name (a string), got {self.configuration!r}")
 
     @staticmethod
     def _axis(name: str, values) -> tuple[str, ...]:
@@ -150,8 +197,18 @@ class Study:
                 raise ValueError(f"--{option} in the base arguments conflicts with --{count}: drop one")
 
     def replace(self, **changes) -> "Study":
-        """A copy with ``changes`` (checked again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (checked again); new axes without new ``published`` keep the figures of the
+        labels that remain."""
+        if "vary" not in changes or "published" in changes or not self.published:
+            return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes, published={})._with_published(self.published)
+
+    def _with_published(self, published: Mapping) -> "Study":
+        """A copy with the figures of ``published`` whose keys name a label of this study."""
+        published = check_published(published)
+        unknown = set(unmatched_keys(published, self._combinations(), self.name))
+        kept = {key: value for key, value in published.items() if key not in unknown}
+        return dataclasses.replace(self, published=kept if len(kept) > 1 else {})
 
     def labels(self) -> list[str]:
         """The label of each combination of axis values, in order: its value for one axis (``"bbb"``), ``name=value``
@@ -198,12 +255,14 @@ class Study:
     def to_dict(self) -> dict:
         """The study as plain data (what ``study.json`` holds)."""
         return {"name": self.name, "base": list(self.base), "vary": {k: list(v) for k, v in self.vary.items()},
-                "seeds": self.seeds, "splits": self.splits, "baseline": self.baseline}
+                "seeds": self.seeds, "splits": self.splits, "baseline": self.baseline, "published": self.published,
+                "configuration": self.configuration}
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> "Study":
-        """The study of a TOML file (see the module's docstring); an unknown table or key, or a value of the wrong
-        kind, is a :class:`ValueError` naming the file and the key."""
+    def from_file(cls, path: Union[str, Path], configuration: Optional[str] = None) -> "Study":
+        """The study of a TOML file (see the module's docstring) in its ``configuration`` (default: the file's
+        ``default_configuration``, else ``cpu`` where it has configurations); an unknown table, key, label or
+        configuration, or a value of the wrong kind, is a :class:`ValueError` naming the file and the key."""
         path = Path(path)
         try:
             document = tomllib.loads(path.read_text())
@@ -211,10 +270,11 @@ class Study:
             raise ValueError(f"--file {path}: no such study file") from None
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"--file {path}: not valid TOML: {error}") from None
-        unknown = sorted(set(document) - {"study", "vary"})
+        unknown = sorted(set(document) - set(TABLES))
         if unknown:
             raise ValueError(f"{path}: unknown table or key {', '.join(unknown)}; a study file has [study] "
-                             f"({', '.join(STUDY_KEYS)}) and [vary] (option = [values])")
+                             f"({', '.join(STUDY_KEYS)}), [vary] (option = [values]), [published] and "
+                             "[configurations.NAME] (base = [...], vary = {option = [values]})")
         settings, vary = document.get("study", {}), document.get("vary", {})
         if not isinstance(settings, dict) or not isinstance(vary, dict):
             raise ValueError(f"{path}: [study] and [vary] must be tables")
@@ -228,7 +288,29 @@ class Study:
                 raise ValueError(f"{path}: [study] {key} must be a string, got {kwargs[key]!r}")
         kwargs.setdefault("name", path.stem)
         try:
-            return cls(**kwargs, vary=_dotted(vary))
+            configurations = _configurations(document.get("configurations", {}))
+            chosen = _chosen(configurations, kwargs.pop("default_configuration", None), configuration)
+            base = kwargs.pop("base", [])
+
+            def build(name: Optional[str]) -> Study:
+                extra = configurations.get(name, {})
+                joined = base
+                if extra.get("base") and isinstance(base, (str, list)):
+                    joined = [*(shlex.split(base) if isinstance(base, str) else base), *extra["base"]]
+                return cls(**kwargs, base=joined, vary={**_dotted(vary), **_dotted(extra.get("vary", {}))},
+                           configuration=name)
+
+            study = build(chosen)
+            published = check_published(document.get("published", {}))
+            combinations = [axes for other in [study, *(build(name) for name in configurations if name != chosen)]
+                            for axes in other._combinations()]
+            unknown = unmatched_keys(published, combinations, study.name)
+            if unknown:
+                raise ValueError(f"[published] {unknown[0]!r}: names no label of this study; give a label, an axis "
+                                 "value or NAME=VALUE; its labels are "
+                                 + ", ".join(repr(label) for label in study.labels())
+                                 + (" (and those of its other configurations)" if len(configurations) > 1 else ""))
+            return study._with_published(published)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
 
@@ -244,6 +326,37 @@ def _dotted(table: dict, prefix: str = "") -> dict:
     return found
 
 
-def load_study(path: Union[str, Path]) -> Study:
+def _configurations(table) -> dict[str, dict]:
+    """A file's ``[configurations]``: ``{name: {"base": [...], "vary": {...}}}``, checked."""
+    if not isinstance(table, dict) or not all(isinstance(c, dict) for c in table.values()):
+        raise ValueError("[configurations] must hold tables: [configurations.NAME] base = [...]")
+    for name, settings in table.items():
+        unknown = sorted(set(settings) - set(CONFIGURATION_KEYS))
+        if unknown:
+            raise ValueError(f"[configurations.{name}]: unknown key {', '.join(unknown)}; its keys are "
+                             f"{', '.join(CONFIGURATION_KEYS)}")
+        if not isinstance(settings.get("base", []), (str, list)):
+            raise ValueError(f"[configurations.{name}] base must be a list of pyrobnn train arguments")
+        if not isinstance(settings.get("vary", {}), dict):
+            raise ValueError(f"[configurations.{name}] vary must be a table: vary = {{option = [values]}}")
+    return {name: {**settings, "base": shlex.split(settings["base"]) if isinstance(settings.get("base"), str)
+                   else list(settings.get("base", []))} for name, settings in table.items()}
+
+
+def _chosen(configurations: dict, default: Optional[str], chosen: Optional[str]) -> Optional[str]:
+    """The configuration to run: ``chosen``, else ``default``, else :data:`DEFAULT_CONFIGURATION` (None for a file
+    without configurations)."""
+    if not configurations:
+        if chosen is not None or default is not None:
+            raise ValueError(f"--configuration {chosen or default}: the file has no [configurations.NAME] tables")
+        return None
+    name = chosen or default or DEFAULT_CONFIGURATION
+    if not isinstance(name, str) or name not in configurations:
+        raise ValueError(f"--configuration {name}: not a configuration of this study; its configurations are "
+                         + ", ".join(configurations))
+    return name
+
+
+def load_study(path: Union[str, Path], configuration: Optional[str] = None) -> Study:
     """:meth:`Study.from_file`."""
-    return Study.from_file(path)
+    return Study.from_file(path, configuration)
