@@ -203,7 +203,7 @@ class NumPyroSampler:
                                        max_tree_depth=args.max_tree_depth),
                            num_warmup=warmup, num_samples=samples, num_chains=len(starts), chain_method=method,
                            progress_bar=False)
-        init = {"weights": self.jnp.asarray(starts.numpy())}
+        init = {"weights": self.jnp.asarray((starts if len(starts) > 1 else starts[0]).numpy())}  # 1 chain: unbatched
         mcmc.run(self.jax.random.PRNGKey(args.seed * 1009), self.x, self.y, init_params=init,
                  extra_fields=("num_steps",))
         draws = self.jax.block_until_ready(mcmc.get_samples(group_by_chain=True)["weights"])
