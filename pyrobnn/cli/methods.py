@@ -97,7 +97,8 @@ METHODS: dict[str, Method] = {
                   "network, one σ per output unit (eq. 12), Gaussian NLL with the propagated variance (eq. 11)"),
     "nuts": Method(("--prior", "gaussian", "--prior.scale", "1.0", "--num-samples", "500", "--warmup", "500",
                     "--num-chains", "2", "--target-accept", "0.8"),
-                   "Hoffman & Gelman 2014, NUTS: the exact posterior of a small network on full-batch toy data",
+                   "Hoffman & Gelman 2014, NUTS: the exact posterior of a small network on full-batch data (the toys, "
+                   "UCI regression)",
                    command="mcmc"),
     "ensemble-5": Method(_members(5), ENSEMBLE_PAPER),
     "laplace": Method((*MAP, "--laplace", "--num-samples", "100"),
