@@ -39,7 +39,7 @@ from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
 from pyrobnn.infer.svi import TRACE, fit
 
-__all__ = ["TAU", "PROTOCOL", "grid_axes", "configured", "select_hyperparameters"]
+__all__ = ["TAU", "PROTOCOL", "grid_axes", "configured", "held_out_search", "select_hyperparameters"]
 
 _SCALE = "--likelihood.scale"
 
@@ -136,6 +136,24 @@ def _shown(point: dict[str, str]) -> str:
     return " ".join(f"{name}={text}" for name, text in point.items())
 
 
+def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: str, held,
+                    larger_is_better: bool = True) -> tuple[int, dict]:
+    """Score each grid point's run on the held-out 20 % (``evaluate(run)`` -> its metrics, ``score`` among them)
+    and choose the best (the first of equal scores): ``(index of the best point, the record of the search)``, the
+    record ``{"score", "fit_size", "held_out_size", "points": [{"values", <metrics>}], "chosen", "seconds"}``.
+    Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``."""
+    tick, records = time.perf_counter(), []
+    for i, (point, run) in enumerate(zip(points, runs)):
+        metrics = evaluate(run)
+        records.append({"values": point, **metrics})
+        say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
+    sign = 1.0 if larger_is_better else -1.0
+    best = max(range(len(points)), key=lambda i: sign * records[i][score])
+    say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
+    return best, {"score": score, "fit_size": len(held.x_train), "held_out_size": len(held.x_test),
+                  "points": records, "chosen": points[best], "seconds": time.perf_counter() - tick}
+
+
 def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None]:
     """The run's configuration with the ``--grid`` point of highest held-out score, for ``data`` (the run's
     dataset, whose target scale sets ``tau``), and the record of the search (``None`` without ``--grid``):
@@ -156,20 +174,14 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
     device = resolve_device(cfg.optim.device)
     say(f"--grid: {len(points)} points, each trained on {len(held.x_train)} examples and scored on "
         f"{len(held.x_test)} held out ({score})")
-    tick, records = time.perf_counter(), []
-    for i, (point, run) in enumerate(zip(points, runs)):
+
+    def evaluate(run):
         pyro.set_rng_seed(run.optim.seed)  # weight initialisation
         model, guide = build(run, held)
         fit(model, guide, held.x_train, held.y_train, **fit_options(run), device=device, progress=False,
             compile=TRACE)  # the grid's small networks: the step's Python recorded once, not run every step
-        metrics = test_report(model, guide, held, run.output.num_samples, run.optim.seed,
-                              moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
-        records.append({"values": point, **metrics})
-        say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
-    sign = -1.0 if classification else 1.0
-    best = max(range(len(points)), key=lambda i: sign * records[i][score])
-    chosen = configured(cfg, points[best], data)
-    say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
-    return chosen, {"grid": {name: list(values) for name, values in axes}, "score": score,
-                    "fit_size": len(held.x_train), "held_out_size": len(held.x_test), "points": records,
-                    "chosen": points[best], "seconds": time.perf_counter() - tick}
+        return test_report(model, guide, held, run.output.num_samples, run.optim.seed,
+                           moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
+
+    best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification)
+    return configured(cfg, points[best], data), {"grid": {name: list(values) for name, values in axes}, **record}

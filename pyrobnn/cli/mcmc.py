@@ -28,7 +28,7 @@ import torch
 
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
 from pyrobnn.cli.build import build_network, check_mcmc, noise_grid
-from pyrobnn.cli.grid import configured
+from pyrobnn.cli.grid import configured, held_out_search
 from pyrobnn.cli.options import (
     MCMC_MAX_WEIGHTS,
     TAU,
@@ -37,7 +37,7 @@ from pyrobnn.cli.options import (
     api_value,
     mcmc_dataset,
 )
-from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, num, say, shown, warn
+from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown, warn
 from pyrobnn.cli.runs import MCMC_KIND, load_data, save_draws, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
@@ -98,20 +98,17 @@ def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
     steps = cfg.mcmc.grid_samples
     say(f"--grid: {len(taus)} noise precisions, each sampled on {len(held.x_train)} examples ({steps} warm-up + "
         f"{steps} draws per chain) and scored on {len(held.x_test)} held out (log_likelihood)")
-    tick, records = time.perf_counter(), []
-    for i, tau in enumerate(taus):
-        run = configured(cfg, {TAU: tau}, held)
+    points = [{TAU: tau} for tau in taus]
+
+    def evaluate(run):
         model, result = _sampled(run, held, steps, steps, progress=False)
-        metrics = _tested(model, result, held, cfg.output.seed)
-        records.append({"values": {TAU: tau}, **metrics,
-                        "prediction_r_hat_max": result.diagnostics["prediction_r_hat_max"]})
-        say(f"--grid {i + 1}/{len(taus)} {TAU}={tau}: held-out log_likelihood {num(metrics['log_likelihood'])}")
-    best = max(range(len(taus)), key=lambda i: records[i]["log_likelihood"])
-    say(f"--grid chose {TAU}={taus[best]} (held-out log_likelihood {num(records[best]['log_likelihood'])})")
-    return configured(cfg, {TAU: taus[best]}, data), {
-        "grid": {TAU: list(taus)}, "score": "log_likelihood", "fit_size": len(held.x_train),
-        "held_out_size": len(held.x_test), "warmup": steps, "num_samples": steps, "points": records,
-        "chosen": {TAU: taus[best]}, "seconds": time.perf_counter() - tick}
+        return {**_tested(model, result, held, cfg.output.seed),
+                "prediction_r_hat_max": result.diagnostics["prediction_r_hat_max"]}
+
+    best, record = held_out_search(points, [configured(cfg, point, held) for point in points], evaluate,
+                                   "log_likelihood", held)
+    return configured(cfg, points[best], data), {"grid": {TAU: list(taus)}, "warmup": steps, "num_samples": steps,
+                                                 **record}
 
 
 def mcmc(cfg: MCMCConfig) -> dict:
