@@ -98,6 +98,12 @@ def _text(value, where: str) -> str:
                      "them for an option of several values)")
 
 
+def _unmatched(key: str, labels: Sequence[str], more: str = "") -> ValueError:
+    """The error of a ``[published]`` key that names no label."""
+    return ValueError(f"[published] {key!r}: names no label of this study; give a label, an axis value or "
+                      "NAME=VALUE; its labels are " + ", ".join(repr(label) for label in labels) + more)
+
+
 def parse_axis(text: str) -> tuple[str, list[str]]:
     """``"guide=normal,dropout"`` -> ``("guide", ["normal", "dropout"])``: an option name (without ``--``) and its
     comma-separated values."""
@@ -157,8 +163,7 @@ class Study:
         self.published = check_published(self.published)
         unknown = unmatched_keys(self.published, self._combinations(), self.name)
         if unknown:
-            raise ValueError(f"[published] {unknown[0]!r}: names no label of this study; give a label, an axis "
-                             "value or NAME=VALUE; its labels are " + ", ".join(repr(label) for label in self.labels()))
+            raise _unmatched(unknown[0], self.labels())
         if self.configuration is not None and not isinstance(self.configuration, str):
             raise ValueError(f"configuration must be a name (a string), got {self.configuration!r}")
 
@@ -306,10 +311,8 @@ class Study:
                             for axes in other._combinations()]
             unknown = unmatched_keys(published, combinations, study.name)
             if unknown:
-                raise ValueError(f"[published] {unknown[0]!r}: names no label of this study; give a label, an axis "
-                                 "value or NAME=VALUE; its labels are "
-                                 + ", ".join(repr(label) for label in study.labels())
-                                 + (" (and those of its other configurations)" if len(configurations) > 1 else ""))
+                raise _unmatched(unknown[0], study.labels(),
+                                 " (and those of its other configurations)" if len(configurations) > 1 else "")
             return study._with_published(published)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
