@@ -160,14 +160,16 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
     return {k: v for k, v in steps.items() if v is not None}
 
 
-def compiled_step(name: str, x: torch.Tensor, y: torch.Tensor, estimator: str = "sample") -> Callable[[], object]:
-    """pyrobnn's step of ``estimator`` on network ``name`` (as :func:`training_steps`'), with ``compile=True``."""
+def compiled_step(name: str, x: torch.Tensor, y: torch.Tensor, estimator: str = "sample",
+                  compile: bool | str = True) -> Callable[[], object]:
+    """pyrobnn's step of ``estimator`` on network ``name`` (as :func:`training_steps`'), with ``compile`` (True:
+    ``torch.compile``; ``"trace"``: :data:`pyrobnn.infer.svi.TRACE`)."""
     torch.manual_seed(0)
     model = BayesianNetwork(NETWORKS[name][0](), Categorical(vdp_objective="cross_entropy"),
                             num_data=NUM_DATA).to(x.device)
-    guide = NormalGuide(model, name=f"{estimator}_compiled").to(x.device)
+    guide = NormalGuide(model, name=f"{estimator}_compiled_{compile}").to(x.device)
     optim = make_optimizer(guide.parameters())
-    return lambda: svi_step(model, guide, optim, x, y, estimator=estimator, compile=True)
+    return lambda: svi_step(model, guide, optim, x, y, estimator=estimator, compile=compile)
 
 
 def prediction_passes(name: str, x: torch.Tensor, methods=METHODS) -> dict[str, Callable[[], object]]:

@@ -11,7 +11,9 @@ alike):
   Salimans & Welling 2015; flipout, Wen et al. 2018; VDP++ moments), stepped by :func:`pyrobnn.infer.svi.svi_step`;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (skipped when not installed);
 - ``torch_bbb``: the hand-written Bayes-by-Backprop floor (``benchmarks/speed.py``, no Pyro);
-- ``bbb_compiled``: ``bbb`` with ``svi_step(compile=True)`` (``--compiled``: the networks to compile it on).
+- ``bbb_compiled``: ``bbb`` with ``svi_step(compile=True)`` (``--compiled``: the networks to compile it on);
+- ``bbb_traced``: ``bbb`` with ``svi_step(compile="trace")``, the step's operations recorded once and replayed
+  (:data:`pyrobnn.infer.svi.TRACE`), on every network.
 
 Also per method: peak memory of one step beyond the set-up (:func:`pyrobnn.analysis.cost.peak_memory`) and ATen
 operations per step (``benchmarks/ops.py``; device-independent and exact, unlike the timings on a shared
@@ -40,6 +42,7 @@ def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -
         methods = training_steps(name, x, y)
         if compiled:
             methods["bbb_compiled"] = compiled_step(name, x, y)
+        methods["bbb_traced"] = compiled_step(name, x, y, compile="trace")
         ms = time_steps(methods, rounds=args.rounds, repeats=args.steps, warmup=3, device=device)
         entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
         entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
@@ -57,7 +60,7 @@ def print_table(title: str, figures: dict) -> None:
 
     table = Table(title=title)
     table.add_column("network")
-    methods = [m for m in (*METHODS, "bbb_compiled") if any(f"{m}_ms" in f for f in figures.values())]
+    methods = [m for m in (*METHODS, "bbb_compiled", "bbb_traced") if any(f"{m}_ms" in f for f in figures.values())]
     for method in methods:
         table.add_column(method, justify="right")
     for name, f in figures.items():

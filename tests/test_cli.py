@@ -156,6 +156,19 @@ def test_train_twice_with_the_same_seed_gives_identical_metrics(moons_run, tmp_p
     assert json.loads((other / "metrics.json").read_text())["history"][0]["loss"] != first["history"][0]["loss"]
 
 
+def test_train_with_a_traced_step_gives_the_eager_runs_numbers(moons_run, tmp_path):
+    traced = tmp_path / "traced"
+    assert run_cli(["train", *MOONS, "--epochs", 2, "--seed", 3, "--compile", "trace", "--out", traced]) == 0
+    eager = json.loads((moons_run / "metrics.json").read_text())
+    again = json.loads((traced / "metrics.json").read_text())
+    assert again["config"]["optim"]["compile"] == "trace"
+    for key in ("loss", "nll", "kl"):
+        torch.testing.assert_close(torch.tensor([r[key] for r in again["history"]]),
+                                   torch.tensor([r[key] for r in eager["history"]]), rtol=1e-5, atol=1e-6)
+    for key in ("accuracy", "nll"):
+        assert again["test"][key] == pytest.approx(eager["test"][key], rel=1e-5, abs=1e-6)
+
+
 def test_evaluate_twice_gives_identical_numbers(moons_run, tmp_path):
     outs = [tmp_path / f"eval{i}.json" for i in range(3)]
     for out, seed in zip(outs, (5, 5, 6)):
@@ -224,7 +237,7 @@ def test_resume_with_other_options_is_refused_before_anything_is_written(moons_r
 
 
 def test_resumable_options_are_documented_in_the_resume_help(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("COLUMNS", "100")  # one column of options: a help text reads on across its lines
     text = " ".join(_help(["train", "--help"], capsys).split()).replace("│", "")
     text = " ".join(text.split())
     assert all(flag in text for flag in ("--epochs", "--num-samples", "--device", "--data-root"))

@@ -70,6 +70,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--num-particles": (["3"], []),
     "--precision": (["bf16"], []),
     "--estimator": (["local"], []),
+    "--compile": (["trace"], []),
     "--beta": (["linear"], []),
     "--beta.value": (["0.5"], ["--beta", "constant"]),
     "--beta.warmup": (["2"], ["--beta", "linear"]),

@@ -178,8 +178,9 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
     def evaluate(run):
         pyro.set_rng_seed(run.optim.seed)  # weight initialisation
         model, guide = build(run, held)
-        fit(model, guide, held.x_train, held.y_train, **fit_options(run), device=device, progress=False,
-            compile=TRACE)  # the grid's small networks: the step's Python recorded once, not run every step
+        # the grid's small networks: the step's Python recorded once, not run every step
+        fit(model, guide, held.x_train, held.y_train, **{**fit_options(run), "compile": TRACE}, device=device,
+            progress=False)
         return test_report(model, guide, held, run.output.num_samples, run.optim.seed,
                            moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
 

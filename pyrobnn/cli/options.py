@@ -45,7 +45,7 @@ from pyrobnn.infer.batched_nuts import COMPILERS
 from pyrobnn.infer.mcmc import SAMPLERS, sample_posterior
 from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.schedules import SCHEDULES
-from pyrobnn.infer.svi import PRECISIONS, fit
+from pyrobnn.infer.svi import PRECISIONS, TRACE, fit
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
@@ -61,8 +61,11 @@ __all__ = [
     "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
-    "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
+    "COMPILE_MODES", "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
 ]
+
+COMPILE_MODES = {"none": False, "trace": TRACE, "inductor": True}
+"""``--compile`` -> the ``compile`` argument of :func:`~pyrobnn.infer.svi.fit`."""
 
 ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
 """Names of the gradient estimators (the keys of :data:`pyrobnn.handlers.ESTIMATORS`)."""
@@ -75,7 +78,7 @@ API_SPELLING = {"log-variance": "log_variance", "cross-entropy": "cross_entropy"
 
 _CLI_SPELLING = {api: cli for cli, api in API_SPELLING.items()}
 
-RESUMABLE = ("--epochs", "--num-samples", "--device", "--data-root", "--progress", "--resume", "--out",
+RESUMABLE = ("--epochs", "--num-samples", "--device", "--compile", "--data-root", "--progress", "--resume", "--out",
              "--overwrite", "--max-memory", "--ood-dataset", "--corruptions", "--corruption-types")
 """Options that may differ between a run and its ``--resume``: none changes what was trained."""
 
@@ -303,6 +306,10 @@ class OptimOptions:
     estimator: Annotated[EstimatorName, _flat()] = _default(fit, "estimator")
     ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
      "propagation, deterministic (Dera et al. 2019).")
+    compile: Annotated[_choices(COMPILE_MODES), _flat()] = "none"
+    ("How each step's loss and gradient run: none (eagerly), trace (recorded once per batch shape by torch.jit.trace "
+     "and replayed: the eager numbers without the per-step Python, for small networks) or inductor (torch.compile); "
+     "a model that cannot compile trains eagerly after one warning. --grid points always train traced.")
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
     seed: Annotated[int, _flat()] = _default(fit, "seed")
     """Random seed: subsets, weight initialisation, noise, data order, test predictions."""

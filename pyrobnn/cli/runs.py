@@ -16,7 +16,7 @@ from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive
 from pyrobnn.cli.build import beta_schedule, build, build_network, make_optimizer_factory
-from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
+from pyrobnn.cli.options import COMPILE_MODES, RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
@@ -77,11 +77,11 @@ def load_data(cfg, validation: bool = False):
 
 def fit_options(cfg: RunConfig) -> dict:
     """The arguments of :func:`~pyrobnn.infer.svi.fit` that the run's optimisation options set: epochs, batch size,
-    optimiser, β schedule, particles, estimator, seed and precision."""
+    optimiser, β schedule, particles, estimator, seed, precision and compilation (``--compile``)."""
     opt = cfg.optim
     return dict(epochs=opt.epochs, batch_size=opt.batch_size, optimizer=make_optimizer_factory(cfg),
                 beta=beta_schedule(cfg), num_particles=opt.num_particles, estimator=opt.estimator, seed=opt.seed,
-                precision=opt.precision)
+                precision=opt.precision, compile=COMPILE_MODES[opt.compile])
 
 
 def load_ood(name: str, cfg, data):
