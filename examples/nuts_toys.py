@@ -45,7 +45,8 @@ mode measure mixing within it: the posterior of an MLP has many modes (permutati
 that no chain visits.
 
 The methods, each guide with its own ``name=`` in Pyro's parameter store, trained full batch with
-Adam on the exact ELBO (β ramped linearly from 0 to 1 over the first ``--anneal`` steps, then 1):
+Adam on the exact ELBO (β ramped linearly from 0 to 1 over the first ``--anneal`` steps, then 1; ``--compile``
+as ``pyrobnn train --compile``):
 
 - ``bbb``: Bayes by Backprop (Blundell et al. 2015), ``NormalGuide``, σ = softplus(ρ);
 - ``dense``: variational dense (Graves 2011), ``NormalGuide(parameterization="log_variance")``;
@@ -81,7 +82,7 @@ Threads: the networks are tiny, so every operation is dominated by its fixed cos
 cores two intra-op threads per process make a NUTS gradient 50-70x slower (60 ms instead of 0.9 ms
 for the 2-50-50-2 net) when another process is busy. ``--threads 1`` is the default.
 
-    python examples/nuts_toys.py                     # everything, about 10 min on 2 CPU cores
+    python examples/nuts_toys.py                     # everything, about 8 min on 2 CPU cores
     python examples/nuts_toys.py --problems cubic --depths 1 2 3
 
 Prints a table per problem, the depth study, the checks (R-hat <= 1.05, divergences <= 1 %, NUTS's test
@@ -123,6 +124,7 @@ from pyrobnn import (
     Prior,
 )
 from pyrobnn.analysis.metrics import classification_metrics, regression_metrics
+from pyrobnn.cli.options import COMPILE_MODES
 from pyrobnn.data import cubic, sinusoid, two_moons
 from pyrobnn.distributions import IsotropicNormal
 from pyrobnn.handlers.moments import Moments
@@ -269,7 +271,7 @@ def train_guide(problem: Problem, method: str, net, args, tag: str):
         optimizer=Optim(lr=args.lr), beta=LinearWarmup(0, args.anneal) if bayesian else Constant(0.0),
         num_particles=args.particles if bayesian and method != "vdp" else 1,
         estimator="vdp" if method == "vdp" else args.estimator if bayesian else "sample",
-        seed=args.seed, progress=False, device="cpu")
+        seed=args.seed, progress=False, device="cpu", compile=COMPILE_MODES[args.compile])
     return model, guide, time.perf_counter() - tick
 
 
@@ -627,6 +629,9 @@ def main():
                        help="prior of the variational-dropout guides' model (log-uniform: another model than "
                             "NUTS's); auto: log-uniform for additive, Gaussian for multiplicative")
     group.add_argument("--pred-samples", type=int, default=200, help="posterior samples per guide prediction")
+    group.add_argument("--compile", default="trace", choices=list(COMPILE_MODES),
+                       help="how each step's loss and gradient run (fit(compile=...), as pyrobnn train --compile): "
+                            "trace (recorded once, replayed without the per-step Python), none (eagerly), inductor")
     group = parser.add_argument_group("depth study (y = x³)")
     group.add_argument("--depths", type=int, nargs="*", default=[1, 2, 3, 4, 5])
     group.add_argument("--depth-width", type=int, default=256)

@@ -24,7 +24,9 @@ from tests.test_cli import error_line, run_cli
 from tests.test_uci import TARGET, rows, write_folder
 
 TINY = ["--hidden", "4", "--num-chains", "2", "--warmup", "15", "--num-samples", "10", "--grid-samples", "8",
-        "--no-progress"]
+        "--max-tree-depth", "4", "--no-progress"]
+"""A few short NUTS runs: these tests check the protocol's data handling and metrics, not the sampler, so the
+trajectories stop at 15 leapfrog steps (a valid NUTS kernel at any depth)."""
 
 
 @pytest.fixture

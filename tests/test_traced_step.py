@@ -87,10 +87,20 @@ def _ramp(epoch, step, steps):
     return min(1.0, (epoch * steps + step + 1) / 12)
 
 
-def test_a_beta_that_changes_every_step_is_recorded_per_value_then_runs_eagerly():
+def test_a_beta_that_changes_every_step_is_an_input_of_one_recording(monkeypatch):
+    # beta enters the graph as a tensor: a warm-up schedule replays the recording of each batch shape (two here)
     eager, _ = _fit(False, beta=_ramp, epochs=5)
+    recordings, trace = [], svi_module.torch.jit.trace
+
+    def counting(*args, **kwargs):
+        recordings.append(args[1][0].shape)
+        return trace(*args, **kwargs)
+
+    monkeypatch.setattr(svi_module.torch.jit, "trace", counting)
     traced, _ = _fit(TRACE, beta=_ramp, epochs=5)
+    assert len(recordings) == 2, recordings
     torch.testing.assert_close(torch.tensor(traced["loss"]), torch.tensor(eager["loss"]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(traced["kl"]), torch.tensor(eager["kl"]), rtol=1e-5, atol=1e-6)
 
 
 def test_a_model_that_cannot_be_traced_trains_eagerly_after_one_warning(monkeypatch):

@@ -316,7 +316,7 @@ def test_the_uci_study_files_run_at_ci_size(file, cells, data_root, tmp_path, mo
 
     study = Study.from_file(Path(__file__).resolve().parents[1] / "studies" / file)
     assert len(study.labels()) * study.splits == cells  # (cells() would parse all 600 command lines)
-    assert study.resolved_baseline() == "dataset=uci-boston method=mcdropout"
+    assert study.resolved_baseline() == "method=mcdropout"  # each data set's methods against its MC dropout
     monkeypatch.setenv("PYROBNN_DATA", str(data_root))
     small = study.replace(splits=1, baseline=None, vary={"method": list(study.vary["method"])},
                           base=[*study.base, "--dataset", "uci-yacht", "--epochs", "1", "--num-samples", "10"])

@@ -49,7 +49,13 @@ COMPILERS = ("auto", "inductor", "script", "eager")
 
 AUTO_INDUCTOR_LEAVES = 40_000
 """``compiler="auto"`` compiles with inductor once the run is projected to take more leaves than this after
-the switch: on a 2-core CPU inductor compiles for about 10 s and saves a few hundred microseconds per leaf."""
+the switch (each leaf weighted by its state's size, :data:`AUTO_INDUCTOR_STATE`): on a 2-core CPU inductor
+compiles for 4-10 s and saves a few hundred microseconds per leaf of a small state."""
+
+AUTO_INDUCTOR_STATE = 12_000
+"""For ``compiler="auto"`` a leaf of C chains of D weights counts as :math:`1 + CD/` this many leaves: what
+inductor saves per leaf grows with the state it fuses the sampler's elementwise steps over (2-core CPU, C = 2:
+340 µs at D = 151, 390 µs at D = 769, 4 ms at D = 66,561, where TorchScript takes 5.7 ms)."""
 
 MAX_DELTA_ENERGY = 1000.0
 """A leapfrog step whose energy error :math:`H(z', r') - H(z_0, r_0)` exceeds this diverges (Stan's and
@@ -298,8 +304,9 @@ def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, n
 
     :param compiler: see :class:`BatchedNUTS`. With ``"auto"`` the leaf step starts as a TorchScript graph; after
         16, 32, 64, ... iterations the leaves still to come are projected from those taken so far, and once
-        they exceed :data:`AUTO_INDUCTOR_LEAVES` the step is compiled with inductor. The decision depends on
-        counts only, so the same seed gives the same draws.
+        they exceed :data:`AUTO_INDUCTOR_LEAVES` (weighted by the state's size, :data:`AUTO_INDUCTOR_STATE`) the step
+        is compiled with inductor. The decision depends on counts and sizes only, so the same seed gives the same
+        draws.
     :returns: ``(draws, stats)``: draws ``(C, num_samples, D)``; ``stats`` holds per draw ``(C, num_samples)``
         ``accept_prob``, ``num_steps``, ``tree_depth``, ``diverging``, ``energy``, and per chain ``step_size``
         ``(C,)``, ``inverse_mass`` ``(C, D)``, ``warmup_divergences`` ``(C,)``; and ``leaves`` (batched leapfrog
@@ -327,7 +334,8 @@ def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, n
     bar = _progress(warmup + num_samples, chains, progress)
     total = warmup + num_samples
     for t in range(total):
-        if t >= 16 and t & (t - 1) == 0 and kernel.leaves / t * (total - t) > AUTO_INDUCTOR_LEAVES:
+        if t >= 16 and t & (t - 1) == 0 and \
+                kernel.leaves / t * (total - t) * (1 + z.numel() / AUTO_INDUCTOR_STATE) > AUTO_INDUCTOR_LEAVES:
             kernel.upgrade()
         step = kernel.transition(z, potential, grad, step_size, inverse_mass)
         z, potential, grad = step.z, step.potential, step.grad

@@ -165,7 +165,7 @@ TRACE = "trace"
 """``compile=TRACE``: the step's operations recorded once by ``torch.jit.trace`` and replayed (:class:`_Traced`)."""
 
 MAX_TRACES = 8
-"""Recordings one run keeps (one per batch shape and β): a β schedule that changes every step runs eagerly."""
+"""Recordings one run keeps (one per batch shape, training mode and parameter storage), then eagerly."""
 
 
 def _parameters(model, guide) -> list[torch.Tensor]:
@@ -182,8 +182,9 @@ class _Traced:
     The replay runs the same operations in the same order without TorchScript's optimisations, the random draws
     included (each draws anew from the global generator), so a seed gives the eager step's numbers; the recording
     runs once more than the step it records, so the random state is restored after it. What a graph cannot follow
-    is Python state read at recording time: the graph is recorded again when the batch shape, β, the training
-    mode, ``num_data`` or a parameter's storage changes (at most :data:`MAX_TRACES` per run, then eagerly), and a
+    is Python state read at recording time: the graph is recorded again when the batch shape, the training
+    mode, ``num_data`` or a parameter's storage changes (at most :data:`MAX_TRACES` per run, then eagerly; β is an
+    input of the graph, so a warm-up schedule replays one graph), and a
     model whose Python reads tensor *values* to choose what to compute (a data-dependent branch) must not be
     traced. Where recording fails it warns once and the run trains eagerly."""
 
@@ -197,7 +198,7 @@ class _Traced:
         params = self.parameters.get((id(model), id(guide)))
         if params is None:
             params = self.parameters[id(model), id(guide)] = _parameters(model, guide)
-        key = (x.shape, x.dtype, x.device, y.shape, y.dtype, float(beta), model.training, model.num_data,
+        key = (x.shape, x.dtype, x.device, y.shape, y.dtype, model.training, model.num_data,
                tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
         graph = self.graphs.get(key)
         if graph is None:
@@ -207,14 +208,14 @@ class _Traced:
             if graph is None:
                 return _terms(*args)
         with torch.jit.optimized_execution(False):
-            loss, nll, kl = graph(x, y, *params)
+            loss, nll, kl = graph(x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
         return ELBOTerms(loss, nll, kl)
 
     def _record(self, args, params):
         model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
         rows = x.shape[0]
 
-        def step(x, y, *_params):  # the parameters are read from the modules: the same tensors as the inputs
+        def step(x, y, beta, *_params):  # the parameters are read from the modules: the same tensors as the inputs
             terms = _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows)
             return terms.loss, terms.nll, torch.as_tensor(terms.kl).to(terms.nll)
 
@@ -223,7 +224,8 @@ class _Traced:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes read as Python values
                 warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", FutureWarning)
-                return torch.jit.trace(step, (x, y, *params), check_trace=False)
+                example = (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
+                return torch.jit.trace(step, example, check_trace=False)
         except (ParticlesUnsupported, torch.OutOfMemoryError):
             raise
         except Exception as error:  # an error of the model itself is raised again by the eager step

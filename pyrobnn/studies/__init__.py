@@ -5,7 +5,8 @@ with mean ± standard error and paired differences to a baseline.
 :mod:`~pyrobnn.studies.spec` (:class:`Study`: Python, TOML, command line), :mod:`~pyrobnn.studies.cells` (a cell's
 command line, configuration and cache key), :mod:`~pyrobnn.studies.cache` (the study's folder),
 :mod:`~pyrobnn.studies.executors` (serial, process pool, Dask), :mod:`~pyrobnn.studies.progress`,
-:mod:`~pyrobnn.studies.runner` (:func:`run_study`, :func:`rebuild_report`), :mod:`~pyrobnn.studies.aggregate` and
+:mod:`~pyrobnn.studies.runner` (:func:`run_study`, :func:`rebuild_report`), :mod:`~pyrobnn.studies.baseline`
+(a label, or some axes' values matched within the others), :mod:`~pyrobnn.studies.aggregate` and
 :mod:`~pyrobnn.studies.report` (the summary), :mod:`~pyrobnn.studies.command` (``pyrobnn study``).
 """
 

@@ -26,7 +26,8 @@ initialisation and test draws), and
 
 is the :math:`1 - \alpha` Student-t interval of the mean difference (the paired t-test, Student 1908); it
 *excludes zero* when the difference is larger than the seed-to-seed noise at that level. Fewer than 2 pairs give
-no interval.
+no interval. A baseline that names some axes only (``method=mcdropout``) gives each label its own baseline, the
+label with the same values on the other axes (:mod:`pyrobnn.studies.baseline`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Optional, Sequence
+
+from pyrobnn.studies.baseline import resolve_baseline
 
 __all__ = ["STATUSES", "Summary", "Difference", "flatten", "cell_metrics", "unit_of", "unit_name", "summarize",
            "paired_difference", "aggregate", "pooled_reliability"]
@@ -183,44 +186,51 @@ def _values_by_label(records: Sequence[Mapping]) -> dict[str, dict[str, dict[tup
 def aggregate(records: Sequence[Mapping], baseline: Optional[str] = None, level: float = 0.95) -> dict:
     """The JSON-ready summary of a study's cell records.
 
-    :returns: ``{"baseline", "level", "metrics": [every metric, in order of appearance], "labels": [...],
-        "failed": [...]}``; each label (in order of appearance) is ``{"label", "axes", "cells" (done),
-        "failed" (count), "units", "metrics": {metric: Summary fields + "values" {unit: value}}, "difference":
-        {metric: Difference fields + "excludes_zero"}}`` (``difference`` is ``None`` for the baseline itself or
-        without one); each failed cell is ``{"key", "label", "seed", "split", "error", "command"}``.
-    :raises ValueError: an empty or malformed record list, a baseline that is no label, two done cells of one
-        label and unit.
+    :param baseline: a label, or ``name=value`` pairs of some axes matched within the others
+        (:func:`~pyrobnn.studies.baseline.resolve_baseline`); None: no differences.
+    :returns: ``{"baseline" (as given), "baseline_within" (the axes it is matched within; empty for one baseline),
+        "level", "metrics": [every metric, in order of appearance], "labels": [...], "failed": [...]}``; each label
+        (in order of appearance) is ``{"label", "axes", "cells" (done), "failed" (count), "units", "metrics":
+        {metric: Summary fields + "values" {unit: value}}, "baseline" (the label it is compared with: itself for a
+        baseline, None without one), "difference": {metric: Difference fields + "excludes_zero"}}``
+        (``difference`` is ``None`` for a baseline itself or without one); each failed cell is ``{"key", "label",
+        "seed", "split", "error", "command"}``.
+    :raises ValueError: an empty or malformed record list, a baseline that matches no label, two done cells of
+        one label and unit.
     """
     _check(records)
     labels = _labels(records)
-    if baseline is not None and baseline not in labels:
-        raise ValueError(f"baseline {baseline!r} is not a label of the study; its labels are {labels}")
+    axes = {label: dict(next(r for r in records if r["label"] == label).get("axes") or {}) for label in labels}
+    compared = None if baseline is None else resolve_baseline(baseline, axes)
     values = _values_by_label(records)
     metrics = list(dict.fromkeys(metric for per_label in values.values() for metric in per_label))
-    reference = values[baseline] if baseline is not None else {}
     entries = []
     for label in labels:
         cells = [record for record in records if record["label"] == label]
         done = [record for record in cells if record["status"] == "done"]
         entry = {
             "label": label,
-            "axes": dict(cells[0].get("axes") or {}),
+            "axes": axes[label],
             "cells": len(done),
             "failed": len(cells) - len(done),
             "units": [unit_name(unit_of(record)) for record in done],
             "metrics": {metric: {**asdict(summarize(list(by_unit.values()))),
                                  "values": {unit_name(unit): value for unit, value in by_unit.items()}}
                         for metric, by_unit in values[label].items()},
+            "baseline": None if compared is None else compared.of[label],
             "difference": None,
         }
-        if baseline is not None and label != baseline:
-            entry["difference"] = {metric: paired_difference(by_unit, reference.get(metric, {}), level).to_dict()
+        reference = entry["baseline"]
+        if reference is not None and reference != label:
+            entry["difference"] = {metric: paired_difference(by_unit, values[reference].get(metric, {}),
+                                                             level).to_dict()
                                    for metric, by_unit in values[label].items()}
         entries.append(entry)
     failed = [{"key": record.get("key"), "label": record["label"], "seed": record.get("seed"),
                "split": record.get("split"), "error": record.get("error"), "command": record.get("command")}
               for record in records if record["status"] == "failed"]
-    return {"baseline": baseline, "level": level, "metrics": metrics, "labels": entries, "failed": failed}
+    return {"baseline": baseline, "baseline_within": list(compared.within) if compared else [], "level": level,
+            "metrics": metrics, "labels": entries, "failed": failed}
 
 
 def pooled_reliability(records: Sequence[Mapping]) -> dict[str, dict[str, list]]:

@@ -51,7 +51,8 @@ class StudyOptions:
     """With --file: the file's [configurations.NAME] to run (e.g. cpu, gpu), its base arguments added to the
     study's."""
     baseline: Annotated[Optional[str], arg(metavar="LABEL", help_behavior_hint="(default: the first label)")] = None
-    """The label the others are compared with, paired over seeds or splits."""
+    """The label the others are compared with, paired over seeds or splits; or NAME=VALUE of some axes (e.g.
+    method=mcdropout): each label against the one with these values and its own on the other axes."""
     out: Annotated[Optional[Path], arg(metavar="DIR", help_behavior_hint="(default: runs/<name>)")] = None
     """The study's folder: study.json, cells/<key>/, records.jsonl, the report."""
     workers: int = 1
@@ -75,7 +76,8 @@ class StudyReport:
     directory: Annotated[Positional[Path], arg(metavar="DIR")]
     """The study's folder (its --out)."""
     baseline: Annotated[Optional[str], arg(metavar="LABEL", help_behavior_hint="(default: the study's)")] = None
-    """The label the others are compared with."""
+    """The label the others are compared with, or NAME=VALUE of some axes (each label against the one with these
+    values and its own on the other axes)."""
 
 
 def parse_study(argv: list[str]) -> Union[StudyOptions, StudyReport]:

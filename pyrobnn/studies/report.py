@@ -7,9 +7,11 @@ calls on the cached cells. It writes, into the study's directory, each file atom
 
 * ``summary.md``: the configuration that ran (a study file's ``--configuration``), the main metrics per label as
   mean ± standard error with the paper's figure beside ours where the study has ``[published]`` figures (and a table
-  of every published figure against ours, naming the source), the paired differences to the baseline
-  with their 95 % Student-t intervals (``*`` where an interval excludes zero), every metric, the failed cells;
-* ``summary.csv``: one row per label and metric (n, mean, std, se, and the paired difference with its interval);
+  of every published figure against ours, naming the source), the paired differences to the baseline (each
+  label's own where the baseline names some axes only) with their 95 % Student-t intervals (``*`` where an interval
+  excludes zero), every metric, the failed cells;
+* ``summary.csv``: one row per label and metric (n, mean, std, se, the label it is compared with, and the paired
+  difference with its interval);
 * ``summary.json``: :func:`~pyrobnn.studies.aggregate.aggregate`'s summary, with the main metrics and the
   pooled reliability bins;
 * ``metrics.png`` (each main metric per label, error bars of one standard error, each cell as a grey dot),
@@ -34,7 +36,7 @@ from pyrobnn.studies.cache import STUDY_FILE, read_json
 from pyrobnn.studies.published import matched_figures
 
 __all__ = ["CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "FILES", "write_report", "main_metrics", "mean_se",
-           "difference_text", "summary_table", "summary_markdown", "summary_csv"]
+           "difference_text", "compared_with", "summary_table", "summary_markdown", "summary_csv"]
 
 CLASSIFICATION_COLUMNS = ("accuracy", "nll", "ece", "brier", "aurc", "ood.auroc_epistemic", "ood.auroc_total",
                           "corrupted.mean.accuracy", "train_seconds")
@@ -101,14 +103,37 @@ def _cells(entry: dict) -> str:
 
 
 def _replicates(summary: dict) -> str:
-    units = {unit.split("=")[0] for entry in summary["labels"] for unit in entry["units"]}
-    return " and ".join(sorted(f"{unit}s" for unit in units if unit != "-")) or "cells"
+    """What the cells of a label replicate: ``"seeds"``, ``"splits"``, ``"seeds and splits"`` (the kinds whose
+    values differ between cells; those present where none differ), else ``"cells"``."""
+    values: dict[str, set] = {}
+    for entry in summary["labels"]:
+        for unit in entry["units"]:
+            for part in unit.split(","):
+                kind, equals, value = part.partition("=")
+                if equals:
+                    values.setdefault(kind, set()).add(value)
+    kinds = [kind for kind, found in values.items() if len(found) > 1] or list(values)
+    return " and ".join(f"{kind}s" for kind in sorted(kinds)) or "cells"
+
+
+def _is_baseline(entry: dict) -> bool:
+    return entry.get("baseline") == entry["label"]
+
+
+def compared_with(summary: dict) -> str:
+    """What each label is compared with: the baseline label (``'bbb'``), or, for a baseline matched within other
+    axes, ``"the label with the same dataset and method=mcdropout"``."""
+    within = summary.get("baseline_within") or []
+    if within:
+        return f"the label with the same {' and '.join(within)} and {summary['baseline']}"
+    labels = [entry["label"] for entry in summary["labels"] if _is_baseline(entry)]
+    return repr(labels[0] if labels else summary["baseline"])
 
 
 def _caption(summary: dict) -> str:
     text = f"mean ± standard error over {_replicates(summary)}"
     if summary["baseline"] is not None:
-        text += (f"; second line: paired difference to {summary['baseline']!r} ± the half-width of its "
+        text += (f"; second line: paired difference to {compared_with(summary)} ± the half-width of its "
                  f"{summary['level']:.0%} Student-t interval, * where it excludes 0")
     return text
 
@@ -146,7 +171,7 @@ def summary_table(summary: dict, columns: Sequence[str]) -> Table:
             text = _with_published(text, published.get(entry["label"], {}).get(column), "\n")
             if entry["difference"] is not None and column in entry["difference"]:
                 text += "\n" + difference_text(entry["difference"][column])
-            elif entry["label"] == summary["baseline"] and metric is not None:
+            elif _is_baseline(entry) and metric is not None:
                 text += "\n(baseline)"
             row.append(Text(text))
         table.add_row(*row)
@@ -192,16 +217,20 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
                              figure["key"]])
         lines += _md_table(["label", "metric", "ours (mean ± se)", "published", "as published", "key"], rows)
     baseline = summary["baseline"]
+    within = summary.get("baseline_within") or []
     if baseline is not None:
         lines += ["", f"## Paired differences to the baseline `{baseline}`", "",
-                  f"For each seed (or split) present for both labels, the difference label − {baseline}; its mean "
+                  f"Each label is compared with {compared_with(summary)}"
+                  + (" (its baseline, named in the table)" if within else "") + ": for each seed (or split) "
+                  "present for both labels, the difference label − baseline; its mean "
                   f"and {summary['level']:.0%} Student-t interval (mean ± t · sd / √n). `*`: the interval "
                   "excludes 0, the difference is larger than the seed-to-seed noise. Fewer than 2 pairs give no "
                   "interval.", ""]
         compared = [entry for entry in summary["labels"] if entry["difference"] is not None]
-        lines += _md_table(["label", *columns],
-                           [[entry["label"], *(difference_text(entry["difference"][c], interval=True)
-                                               if c in entry["difference"] else "-" for c in columns)]
+        lines += _md_table(["label", *(["baseline"] if within else []), *columns],
+                           [[entry["label"], *([entry["baseline"]] if within else []),
+                             *(difference_text(entry["difference"][c], interval=True)
+                               if c in entry["difference"] else "-" for c in columns)]
                             for entry in compared])
     lines += ["", "## All metrics", ""]
     rows = []
@@ -209,9 +238,11 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
         for entry in summary["labels"]:
             if metric in entry["metrics"]:
                 difference = (entry["difference"] or {}).get(metric)
+                shown = "(baseline)" if _is_baseline(entry) else ""
                 rows.append([metric, entry["label"], entry["metrics"][metric]["n"], mean_se(entry["metrics"][metric]),
-                             "" if difference is None else difference_text(difference, interval=True)])
-    lines += _md_table(["metric", "label", "n", "mean ± se", f"difference to {baseline}" if baseline else ""], rows)
+                             shown if difference is None else difference_text(difference, interval=True)])
+    header = "" if baseline is None else "difference to its baseline" if within else f"difference to {baseline}"
+    lines += _md_table(["metric", "label", "n", "mean ± se", header], rows)
     if summary["failed"]:
         lines += ["", "## Failed cells", ""]
         lines += _md_table(["label", "replicate", "error", "command (replays the cell)", "key"],
@@ -240,7 +271,7 @@ def summary_csv(summary: dict) -> str:
             value = entry["metrics"][metric]
             difference = (entry["difference"] or {}).get(metric) or {}
             row = [entry["label"], metric, entry["cells"], entry["failed"], value["n"], value["mean"], value["std"],
-                   value["se"], summary["baseline"], difference.get("n"), difference.get("mean"),
+                   value["se"], entry.get("baseline"), difference.get("n"), difference.get("mean"),
                    difference.get("se"), difference.get("low"), difference.get("high"),
                    difference.get("excludes_zero")]
             writer.writerow(["" if item is None else repr(item) if isinstance(item, float) else item for item in row])
@@ -323,10 +354,13 @@ def write_report(records: list[dict], out: Path, baseline: str | None = None, co
     ``console`` (default: pyrobnn's), and write :data:`FILES` into the directory ``out``.
 
     :param records: one dict per cell, done or failed (the format of :mod:`pyrobnn.studies.aggregate`).
-    :param baseline: the label every other label is compared with (paired over seeds or splits), or None.
+    :param baseline: the label every other label is compared with (paired over seeds or splits), or ``name=value``
+        pairs of some axes, each label then compared with the label of its other axes' values
+        (:mod:`pyrobnn.studies.baseline`); None: no differences.
     :param study: the study as :meth:`~pyrobnn.studies.spec.Study.to_dict` gives it, for its ``published`` figures
         and ``configuration`` (default: ``out/study.json``'s).
-    :raises ValueError: no records, a malformed record, a baseline that is no label; nothing is written then.
+    :raises ValueError: no records, a malformed record, a baseline that matches no label; nothing is written
+        then.
     """
     from pyrobnn.cli.report import console as terminal
 

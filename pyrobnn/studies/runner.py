@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 
 from pyrobnn.files import check_writable
+from pyrobnn.studies.baseline import resolve_baseline
 from pyrobnn.studies.cache import is_finished, read_study, record, write_records, write_study
 from pyrobnn.studies.cells import Cell
 from pyrobnn.studies.executors import CellTask, make_executor
@@ -35,10 +36,17 @@ def collect(cells: Sequence[Cell], out: Path) -> list[dict]:
     return [found for found in (record(cell, out) for cell in cells) if found is not None]
 
 
-def _report(records: list[dict], out: Path, baseline: str, console: Console) -> list[dict]:
+def _labels(cells: Sequence[Cell]) -> dict[str, dict[str, str]]:
+    """``{label: its axes}`` of the study's cells, in order."""
+    return {cell.label: dict(cell.axes) for cell in cells}
+
+
+def _report(records: list[dict], out: Path, baseline: str, cells: Sequence[Cell], console: Console) -> list[dict]:
+    """Write the records and the report; differences only when a baseline label has run."""
     write_records(out, records)
     if records:
-        write_report(records, out, baseline if any(r["label"] == baseline for r in records) else None, console)
+        baselines = set(resolve_baseline(baseline, _labels(cells)).of.values())
+        write_report(records, out, baseline if any(r["label"] in baselines for r in records) else None, console)
     return records
 
 
@@ -72,7 +80,7 @@ def run_study(study, out: Optional[Path] = None, *, workers: int = 1, executor: 
         for task, outcome in engine.run([CellTask(cell.command, tuple(cell.run_argv(out, force)), directory)
                                          for directory, cell in tasks.items()]):
             bar.finished(sharing[tasks[task.directory].key], outcome)
-    return _report(collect(cells, out), out, baseline, console)
+    return _report(collect(cells, out), out, baseline, cells, console)
 
 
 def rebuild_report(out: Path, baseline: Optional[str] = None, console: Optional[Console] = None) -> list[dict]:
@@ -80,14 +88,14 @@ def rebuild_report(out: Path, baseline: Optional[str] = None, console: Optional[
     out = Path(out)
     study, cells = read_study(out)
     baseline = study.get("baseline") if baseline is None else baseline
-    labels = list(dict.fromkeys(cell.label for cell in cells))
-    if baseline not in labels:
-        raise ValueError(f"--baseline {baseline}: not a label of the study in {out}; its labels are "
-                         + ", ".join(repr(label) for label in labels))
+    try:
+        resolve_baseline(baseline, _labels(cells))
+    except ValueError as error:
+        raise ValueError(f"{error} (the study in {out})") from None
     console = console or _console()
     records = collect(cells, out)
     missing = len(cells) - len(records)
     if missing:
         console.print(f"{missing} of {len(cells)} cells have not run yet: run the study again to finish them",
                       soft_wrap=True, highlight=False, markup=False)
-    return _report(records, out, baseline, console)
+    return _report(records, out, baseline, cells, console)

@@ -57,6 +57,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 from pyrobnn.checks import positive_int
 from pyrobnn.cli.methods import resolve_method
+from pyrobnn.studies.baseline import resolve_baseline
 from pyrobnn.studies.cells import Cell, axis_arguments, check_axis, make_cell, split_options
 from pyrobnn.studies.published import check_published, unmatched_keys
 from pyrobnn.studies.runner import run_study
@@ -125,7 +126,9 @@ class Study:
         ``method`` names presets of :data:`pyrobnn.cli.methods.METHODS`.
     :param seeds: run each combination with ``--seed 0`` .. ``--seed seeds-1`` (None: the base's seed).
     :param splits: run each combination on ``--split 0`` .. ``--split splits-1`` (datasets with fixed splits).
-    :param baseline: the label the others are compared with (default: the first).
+    :param baseline: the label the others are compared with (default: the first), or ``name=value`` pairs of
+        some axes (``"method=mcdropout"``): each label is then compared with the label of the same other axes'
+        values (:mod:`pyrobnn.studies.baseline`).
     :param name: the study's name: the label of a study without axes, and its default folder ``runs/<name>``.
     :param out: the study's folder (default ``runs/<name>``).
     :param published: a paper's figures, ``{"source": "paper, table", label or axis value: {metric: value}}``
@@ -243,12 +246,12 @@ class Study:
                 for axes in self._combinations() for replicate in self._replicates()]
 
     def resolved_baseline(self) -> str:
-        """:attr:`baseline`, or the first label; a :class:`ValueError` if it is no label of the study."""
-        labels = self.labels()
-        baseline = labels[0] if self.baseline is None else self.baseline
-        if baseline not in labels:
-            raise ValueError(f"--baseline {baseline}: not a label of this study; its labels are "
-                             + ", ".join(repr(label) for label in labels))
+        """:attr:`baseline` as given (a label, or ``name=value`` pairs of some axes, matched within the others:
+        :func:`~pyrobnn.studies.baseline.resolve_baseline`), or the first label; a :class:`ValueError` if it
+        matches no label of the study."""
+        labels = {self._label(axes): axes for axes in self._combinations()}
+        baseline = next(iter(labels)) if self.baseline is None else self.baseline
+        resolve_baseline(baseline, labels)
         return baseline
 
     def run(self, out: Optional[Union[str, Path]] = None, **options) -> list[dict]:
