@@ -271,6 +271,7 @@ def test_grid_protocol_is_the_data_sets_grid(folder, data_root, tmp_path):
     (["tau=1", "likelihood.scale=2"], "name one of them"),
     (["lr=0.1", "lr=0.2"], "names lr more than once"),
     (["guide.rate=half"], "not a valid float"),
+    (["tau=0.5,-1"], "--grid tau=-1: the noise precision must be a positive number"),
 ])
 def test_bad_grids_are_one_clear_error(folder, tmp_path, grid, message):
     cfg = _cfg(folder, tmp_path, "--grid", *grid)

@@ -27,7 +27,9 @@ from pyrobnn.cli.options import (
     RunConfig,
     api_value,
     flag,
+    grid_entry,
     mcmc_dataset,
+    noise_precision,
 )
 from pyrobnn.data import uci_protocol
 from pyrobnn.guides import GUIDES
@@ -330,19 +332,13 @@ def noise_grid(cfg: MCMCConfig, read_protocol: bool = True) -> tuple[str, ...]:
             if read_protocol:
                 values += [repr(tau) for tau in uci_protocol(cfg.data.dataset, cfg.data.data_root).tau_values]
             continue
-        name, sep, texts = spec.partition("=")
-        items = [text.strip() for text in texts.split(",") if text.strip()]
-        if name.strip().lstrip("-") != TAU or not sep or not items:
+        entry = grid_entry(spec)
+        if entry is None or entry[0] != TAU:
             raise ValueError(f"--grid {spec!r}: pyrobnn mcmc chooses only the noise precision; write "
                              f"{TAU}=V1,V2,... (in the target's original units) or {PROTOCOL}")
-        for text in items:
-            try:
-                tau = float(text)
-            except ValueError:
-                tau = math.nan
-            if not (math.isfinite(tau) and tau > 0):
-                raise ValueError(f"--grid {TAU}={text}: the noise precision must be a positive number")
-        values += items
+        for text in entry[1]:
+            noise_precision(text)
+        values += entry[1]
     repeated = sorted({value for value in values if values.count(value) > 1})
     if repeated:
         raise ValueError(f"--grid names {TAU}={', '.join(repeated)} more than once")

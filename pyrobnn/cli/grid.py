@@ -32,7 +32,15 @@ from typing import Literal, Union
 import pyro
 
 from pyrobnn.cli.build import build, check_run
-from pyrobnn.cli.options import PROTOCOL, TAU, DataOptions, OutputOptions, RunConfig
+from pyrobnn.cli.options import (
+    PROTOCOL,
+    TAU,
+    DataOptions,
+    OutputOptions,
+    RunConfig,
+    grid_entry,
+    noise_precision,
+)
 from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
@@ -69,12 +77,11 @@ def _parse_value(name: str, text: str, annotation):
 
 def _axis(cfg: RunConfig, spec: str) -> tuple[str, tuple[str, ...]]:
     """``NAME=V1,V2,...`` as ``(NAME, values)``, the name checked against the run's options."""
-    name, sep, values = spec.partition("=")
-    name = name.strip().lstrip("-")
-    texts = tuple(v.strip() for v in values.split(",") if v.strip())
-    if not sep or not name or not texts:
+    entry = grid_entry(spec)
+    if entry is None:
         raise ValueError(f"--grid {spec!r}: write NAME=V1,V2,... (e.g. guide.rate=0.01,0.05 tau=0.1,0.2) or "
                          f"{PROTOCOL}")
+    name, texts = entry
     if name == TAU:
         return name, texts
     fields = cfg.fields()
@@ -118,9 +125,7 @@ def configured(cfg: RunConfig, point: dict[str, str], data) -> RunConfig:
     fields = run.fields()
     for name, text in point.items():
         if name == TAU:
-            tau = _parse_value(name, text, float)
-            if not (math.isfinite(tau) and tau > 0):
-                raise ValueError(f"--grid {TAU}: the noise precision must be a positive number, got {text}")
+            tau = noise_precision(text)
             if data.y_std is not None and data.y_std.numel() != 1:
                 raise ValueError(f"--grid {TAU} needs one target; {cfg.data.dataset} has {data.y_std.numel()}")
             y_std = 1.0 if data.y_std is None else float(data.y_std)

@@ -25,6 +25,7 @@ Python API.
 
 import dataclasses
 import inspect
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,11 +58,32 @@ PROTOCOL = "protocol"
 """The grid entry that stands for the data set's own grid."""
 
 
+def grid_entry(spec: str) -> Optional[tuple[str, tuple[str, ...]]]:
+    """An entry ``NAME=V1,V2,...`` of ``--grid`` (``pyrobnn train`` and ``pyrobnn mcmc``) as ``(NAME without its
+    dashes, (V1, V2, ...))``; ``None`` when it is malformed (no ``=``, no name or no value)."""
+    name, sep, values = spec.partition("=")
+    name = name.strip().lstrip("-")
+    texts = tuple(v.strip() for v in values.split(",") if v.strip())
+    return (name, texts) if sep and name and texts else None
+
+
+def noise_precision(text: str) -> float:
+    """A value of ``--grid tau=...``: a finite positive number, else a :class:`ValueError` naming ``--grid``."""
+    try:
+        tau = float(text)
+    except ValueError:
+        tau = math.nan
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"--grid {TAU}={text}: the noise precision must be a positive number")
+    return tau
+
+
 __all__ = [
     "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
-    "COMPILE_MODES", "TOY_DATASETS", "MCMC_MODELS", "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
+    "COMPILE_MODES", "TAU", "PROTOCOL", "grid_entry", "noise_precision", "TOY_DATASETS", "MCMC_MODELS",
+    "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
 ]
 
 COMPILE_MODES = {"none": False, "trace": TRACE, "inductor": True}
