@@ -12,13 +12,13 @@ predictive samples (studies/uci_quick.toml):
 - ``torch_step_us``: the floor, one step of the same dropout network written in plain PyTorch (MSE, two dropout
   masks, Adam), no Pyro;
 - ``fit_us_per_step``: :func:`~pyrobnn.infer.svi.fit` alone on a grid point's 80 % (364 rows, 3 steps an epoch),
-  per method, with the eager step (``eager``, what the final fit of a cell runs) and the traced one (``trace``,
-  ``compile="trace"``: what the grid's points run), side by side.
+  per method, with the eager step (``eager``) and the traced one (``trace``, ``compile="trace"``: what the grid's
+  points and, with the study files' ``--compile trace``, the final fit run), side by side.
 
 Each run's training time per optimiser step (``us_per_step``, from the per-epoch times ``fit`` records) and its
-wall time are reported; the study estimates multiply the steps a study takes (``epochs x G x steps of 80 %`` at the
-traced rate, ``epochs x steps of the split`` at the eager rate, per cell, for each data set's size) by the measured
-times per step, and add the per-cell time outside the steps (prediction of every grid point and of the test split,
+wall time are reported; the study estimates multiply the steps a study takes (``epochs x (G x steps of 80 % + steps
+of the split)`` per cell, for each data set's size) by the measured traced time per step (and, for comparison, the
+eager one), and add the per-cell time outside the steps (prediction of every grid point and of the test split,
 data, recording the traces, checkpoints) as measured on the Boston grid cell. Cells run on ``--workers`` cores at
 once.
 
@@ -50,7 +50,7 @@ from pyrobnn.data import load_dataset
 from pyrobnn.infer.svi import TRACE, fit
 
 BASE = ["--dataset", "uci-boston", "--split", "0", "--hidden", "50", "--lr", "0.01", "--batch-size", "128",
-        "--num-samples", "1000", "--no-progress"]
+        "--num-samples", "1000", "--compile", "trace", "--no-progress"]
 
 SIZES = {"uci-boston": 455, "uci-concrete": 927, "uci-energy": 691, "uci-wine": 1439, "uci-yacht": 277}
 """Training rows of each data set's splits (90 % of its rows)."""
@@ -105,22 +105,21 @@ def fit_us_per_step(method: str, compile, epochs: int) -> float:
     pyro.set_rng_seed(0)
     model, guide = build(cfg, held)
     tick = time.perf_counter()
-    fit(model, guide, held.x_train, held.y_train, **fit_options(cfg), device="cpu", progress=False, compile=compile)
+    fit(model, guide, held.x_train, held.y_train, **{**fit_options(cfg), "compile": compile}, device="cpu",
+        progress=False)
     return 1e6 * (time.perf_counter() - tick) / (epochs * math.ceil(len(held.x_train) / 128))
 
 
-def study_minutes(grid_us: dict, final_us: dict, cell_overhead_s: float, epochs: int, splits: int, methods,
+def study_minutes(us_per_step: dict, cell_overhead_s: float, epochs: int, splits: int, methods,
                   workers: int) -> float:
-    """Wall minutes of a study of ``methods`` on the five shared data sets and ``splits`` splits: the grid's steps
-    at ``grid_us`` per step, the final fits' at ``final_us`` (by method; others at BBB's rate)."""
+    """Wall minutes of a study of ``methods`` on the five shared data sets and ``splits`` splits, every step (grid
+    points and final fits) at ``us_per_step`` (by method; others at BBB's rate)."""
     seconds = 0.0
     for method in methods:
-        grid_rate = grid_us.get(method, grid_us["bbb"]) * 1e-6
-        final_rate = final_us.get(method, final_us["bbb"]) * 1e-6
+        rate = us_per_step.get(method, us_per_step["bbb"]) * 1e-6
         for rows in SIZES.values():
-            grid = steps(rows, epochs, points=GRID_POINTS[method], fits=0)
-            final = steps(rows, epochs, fits=FINAL_FITS.get(method, 1))
-            seconds += splits * (grid * grid_rate + final * final_rate + cell_overhead_s)
+            n = steps(rows, epochs, points=GRID_POINTS[method], fits=FINAL_FITS.get(method, 1))
+            seconds += splits * (n * rate + cell_overhead_s)
     return seconds / workers / 60
 
 
@@ -148,12 +147,11 @@ def main() -> None:
     eager = {method: rates["eager"] for method, rates in per_fit.items()}
     traced = {method: rates["trace"] for method, rates in per_fit.items()}
     boston_steps = steps(455, args.epochs)
-    grid_steps = steps(455, args.epochs, points=GRID_POINTS["mcdropout"], fits=0)
-    overhead = max(0.0, runs["mcdropout_grid"]["wall_s"] - grid_steps * traced["mcdropout"] * 1e-6
-                   - boston_steps * eager["mcdropout"] * 1e-6)
-    quick = study_minutes(traced, eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
-    quick_eager = study_minutes(eager, eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
-    full = study_minutes(traced, eager, overhead, args.epochs, 20, tuple(GRID_POINTS), args.workers)
+    cell_steps = steps(455, args.epochs, points=GRID_POINTS["mcdropout"])
+    overhead = max(0.0, runs["mcdropout_grid"]["wall_s"] - cell_steps * traced["mcdropout"] * 1e-6)
+    quick = study_minutes(traced, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
+    quick_eager = study_minutes(eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
+    full = study_minutes(traced, overhead, args.epochs, 20, tuple(GRID_POINTS), args.workers)
     for name, run in runs.items():
         print(f"{name:15s} wall {run['wall_s']:6.1f} s (grid {run['grid_s']:5.1f} s)  {run['us_per_step']:6.0f} us/step"
               f"  rmse {run['rmse']:.3f}  ll {run['log_likelihood']:.3f}  {run['chosen'] or ''}")
