@@ -201,17 +201,19 @@ class _Traced:
         key = (x.shape, x.dtype, x.device, y.shape, y.dtype, model.training, model.num_data,
                tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
         graph = self.graphs.get(key)
+        if graph is None and (self.failed is not None or len(self.graphs) >= MAX_TRACES):
+            return _terms(*args)
+        inputs = (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
         if graph is None:
-            if self.failed is not None or len(self.graphs) >= MAX_TRACES:
-                return _terms(*args)
-            graph = self.graphs[key] = self._record(args, params)
+            graph = self.graphs[key] = self._record(args, inputs)
             if graph is None:
                 return _terms(*args)
         with torch.jit.optimized_execution(False):
-            loss, nll, kl = graph(x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
+            loss, nll, kl = graph(*inputs)
         return ELBOTerms(loss, nll, kl)
 
-    def _record(self, args, params):
+    def _record(self, args, inputs):
+        """The graph of the step's terms, recorded on ``inputs`` (x, y, β as a tensor, the parameters)."""
         model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
         rows = x.shape[0]
 
@@ -224,8 +226,7 @@ class _Traced:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes read as Python values
                 warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", FutureWarning)
-                example = (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
-                return torch.jit.trace(step, example, check_trace=False)
+                return torch.jit.trace(step, inputs, check_trace=False)
         except (ParticlesUnsupported, torch.OutOfMemoryError):
             raise
         except Exception as error:  # an error of the model itself is raised again by the eager step
