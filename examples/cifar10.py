@@ -43,9 +43,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 import pyro
 import torch
@@ -69,7 +67,7 @@ from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from pyrobnn.device import resolve_device
-from pyrobnn.infer.optim import FlatThenLinear, TwoGroupSGD
+from pyrobnn.infer.optim import FlatThenLinear, Optim, TwoGroupSGD
 from pyrobnn.infer.predict import predict, predict_moments
 from pyrobnn.infer.schedules import Constant, LinearWarmup
 from pyrobnn.infer.svi import fit
@@ -137,21 +135,6 @@ def parse_args(argv=None):
     return args
 
 
-@dataclass(frozen=True)
-class NesterovSGD:
-    """Optimizer factory: SGD with Nesterov momentum on the ELBO, a sum over the N examples: the per-example rate
-    is lr / N; ``schedule`` (a multiplier per epoch) and ``warmup_steps`` are read by ``fit``."""
-
-    lr: float
-    num_data: int
-    schedule: Optional[Callable[[int], float]] = None
-    warmup_steps: int = 0
-
-    def __call__(self, model, guide) -> torch.optim.SGD:
-        params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-        return torch.optim.SGD(params, lr=self.lr / self.num_data, momentum=0.9, nesterov=True)
-
-
 def components(method: str) -> int:
     """K of an ``ibnn<K>`` method (1 for the others)."""
     return int(method[4:]) if method.startswith("ibnn") else 1
@@ -198,7 +181,7 @@ def run_method(args, method, data, aug, device, precision):
                         num_particles=2, beta=LinearWarmup(0, max(1, round(2 * args.epochs / 3))))
     else:
         beta = Constant(1.0 if method in ("det", "mcdropout") else args.beta)  # det: the KL is the weight decay
-        training = dict(optimizer=NesterovSGD(args.lr, num_data, schedule=cosine, warmup_steps=warmup), beta=beta)
+        training = dict(optimizer=Optim("sgd", args.lr, schedule=cosine, warmup_steps=warmup), beta=beta)
     history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size,
                   estimator=METHODS[method], transform=aug, precision=precision, seed=args.seed, device=device,
                   checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress, **training)

@@ -287,8 +287,8 @@ def check_mcmc(cfg: MCMCConfig) -> None:
 
 
 def make_optimizer_factory(cfg: RunConfig) -> Optim:
-    """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` with the step decay of ``--lr-step`` and
-    ``--lr-gamma``."""
+    """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` (per example, as papers state them) with the
+    step decay of ``--lr-step`` and ``--lr-gamma``."""
     opt = cfg.optim
     schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else None
     if opt.variational_lr_factor != 1:
@@ -309,8 +309,10 @@ class GuideRateOptim(Optim):
         variational = list(guide.parameters())
         ids = {id(p) for p in variational}
         network = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
-        groups = [{"params": network}, {"params": variational, "lr": self.lr * self.factor}]
-        return make_optimizer([group for group in groups if group["params"]], self.name, self.lr, self.weight_decay)
+        lr, weight_decay = self.rates(model)  # per example -> the summed ELBO's
+        groups = [{"params": network}, {"params": variational, "lr": lr * self.factor}]
+        return make_optimizer([group for group in groups if group["params"]], self.name, lr, weight_decay,
+                              rate_scale=self.lr / lr)
 
 
 def learning_rate(cfg: RunConfig) -> float:

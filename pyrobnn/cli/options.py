@@ -309,11 +309,11 @@ class OptimOptions:
     batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
     """Minibatch size B (the likelihood is scaled by N/B)."""
     lr: Annotated[Optional[float], _flat(metavar="FLOAT", help_behavior_hint=LR_HINT)] = None
-    """Learning rate."""
+    """Learning rate per example, as papers state it (for the mean loss; sgd's is divided by N on the summed ELBO)."""
     optimizer: Annotated[_choices(OPTIMIZERS), _flat()] = _default(Optim, "name")
-    """Optimiser (sgd with momentum 0.9)."""
+    """Optimiser (sgd: with Nesterov momentum 0.9)."""
     weight_decay: Annotated[float, _flat()] = _default(Optim, "weight_decay")
-    """L2 penalty of the optimiser on every parameter (0: none)."""
+    """L2 penalty of the optimiser on every parameter, per example as papers state it (0: none)."""
     lr_step: Annotated[int, _flat()] = 0
     """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
     lr_gamma: Annotated[float, _flat()] = _default(StepDecay, "gamma")

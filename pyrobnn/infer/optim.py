@@ -4,7 +4,9 @@ An *optimizer factory* is a callable ``(model, guide) -> torch.optim.Optimizer``
 ``schedule`` (a multiplier of each group's initial rate per epoch, ``torch.optim.lr_scheduler.LambdaLR``)
 and ``warmup_steps`` (a linear per-step ramp over the first optimiser steps). :class:`Optim` is the plain
 one (Adam or SGD over every parameter of the guide and the model); :class:`TwoGroupSGD` the two parameter
-groups of implicit BNNs. Schedules: :class:`StepDecay` (Blundell et al. 2015 halve the rate every 100 epochs)
+groups of implicit BNNs. Both take the per-example learning rate and weight decay that papers state (for the mean
+loss over the training examples) and turn them into those of pyrobnn's summed ELBO (:func:`summed_loss_rates`).
+Schedules: :class:`StepDecay` (Blundell et al. 2015 halve the rate every 100 epochs)
 and :class:`FlatThenLinear` (Trinh et al. 2020).
 """
 
@@ -18,29 +20,77 @@ import torch
 from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_int, positive, positive_int
 
 __all__ = ["OPTIMIZERS", "Optim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer", "make_scheduler",
-           "Schedule"]
+           "summed_loss_rates", "per_example_rate", "SCALE_INVARIANT", "Schedule"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
 """A learning-rate multiplier per epoch, ``schedule(epoch)``, or one such callable per parameter group."""
 
 OPTIMIZERS: dict[str, tuple[type, dict]] = {
     "adam": (torch.optim.Adam, {}),
-    "sgd": (torch.optim.SGD, {"momentum": 0.9}),
+    "sgd": (torch.optim.SGD, {"momentum": 0.9, "nesterov": True}),
 }
-"""Optimisers by name (``--optimizer``): the class and its fixed options (SGD with momentum 0.9)."""
+"""Optimisers by name (``--optimizer``): the class and its fixed options (SGD with Nesterov momentum 0.9, the
+recipe of the papers)."""
+
+SCALE_INVARIANT = frozenset({"adam"})
+"""The :data:`OPTIMIZERS` whose step does not change when the loss is multiplied by a constant (up to ``eps``)."""
 
 
-def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def summed_loss_rates(name: str, lr: float, weight_decay: float, num_data) -> tuple[float, float]:
+    r"""The learning rate and weight decay on pyrobnn's loss that give the updates of the per-example ``lr`` and
+    ``weight_decay`` papers state, which are for the mean loss over the N training examples.
+
+    pyrobnn's loss, the negative ELBO, is the sum :math:`L(\theta) = N \bar L(\theta)` of the mean
+    :math:`\bar L` (the minibatch likelihood is scaled by N/B). With an L2 weight decay :math:`\lambda` added to
+    the gradient, :math:`\nabla L + N\lambda\theta = N(\nabla\bar L + \lambda\theta)`, so
+
+    - SGD (momentum included, its buffer being linear in the gradient): rate :math:`\eta / N` and weight decay
+      :math:`N\lambda`, since :math:`\theta - \tfrac{\eta}{N} N(\nabla\bar L + \lambda\theta)` is the
+      mean-loss step;
+    - Adam (scale-invariant, :data:`SCALE_INVARIANT`: :math:`m/\sqrt v` does not change when the gradient is
+      multiplied by N; its ``eps`` acts as ``eps / N`` on the mean): rate :math:`\eta` and weight decay
+      :math:`N\lambda`.
+
+    :param name: a key of :data:`OPTIMIZERS`.
+    :param num_data: N, the model's ``num_data`` (``fit`` sets it); needed unless the optimiser is scale-invariant
+        and there is no weight decay.
+    :returns: ``(lr, weight_decay)`` for the summed loss.
+    :raises ValueError: when N is needed and is not a positive int.
+    """
+    choice("optimizer", name, OPTIMIZERS)
+    if name in SCALE_INVARIANT and weight_decay == 0:
+        return lr, weight_decay
+    if not isinstance(num_data, int) or isinstance(num_data, bool) or num_data < 1:
+        raise ValueError(f"the per-example learning rate and weight decay of {name} are scaled by the training-set "
+                         f"size: build the model with num_data=N (fit sets it), got num_data={num_data!r}")
+    return (lr if name in SCALE_INVARIANT else lr / num_data), weight_decay * num_data
+
+
+def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,
+                   rate_scale: float = 1.0) -> torch.optim.Optimizer:
     """:data:`OPTIMIZERS` ``[name]`` over ``params``, fused into one kernel where the device supports it (CPU and
-    CUDA): one update for all parameters instead of one per tensor."""
+    CUDA): one update for all parameters instead of one per tensor. ``lr`` and ``weight_decay`` are passed as
+    they are (the loss's own units); :class:`Optim` takes per-example ones. ``rate_scale`` (the per-example rate
+    over ``lr``) is kept in every group for :func:`per_example_rate`."""
     params = list(params)
     cls, options = OPTIMIZERS[choice("optimizer", name, OPTIMIZERS)]
+    optim = None
     if params:
         try:
-            return cls(params, lr=lr, weight_decay=weight_decay, fused=True, **options)
+            optim = cls(params, lr=lr, weight_decay=weight_decay, fused=True, **options)
         except (RuntimeError, TypeError, ValueError):
             pass
-    return cls(params, lr=lr, weight_decay=weight_decay, **options)
+    if optim is None:
+        optim = cls(params, lr=lr, weight_decay=weight_decay, **options)
+    for group in optim.param_groups:
+        group.setdefault("rate_scale", rate_scale)
+    return optim
+
+
+def per_example_rate(group: dict) -> float:
+    """A parameter group's current learning rate in the per-example units the optimiser was given (the rate on the
+    summed loss times its ``rate_scale``, N for SGD; groups without one are taken as they are)."""
+    return group["lr"] * group.get("rate_scale", 1.0)
 
 
 def _check_schedule(schedule, warmup_steps) -> None:
@@ -66,11 +116,15 @@ def make_scheduler(optim: torch.optim.Optimizer, schedule: Optional[Schedule]):
 
 @dataclass(frozen=True)
 class Optim:
-    """Adam (or SGD with momentum 0.9) over the guide's and the model's parameters, with its schedule.
+    """Adam (or SGD with Nesterov momentum 0.9) over the guide's and the model's parameters, with its schedule.
+
+    ``lr`` and ``weight_decay`` are per example, as papers state them (for the mean loss over the training
+    examples): the optimiser gets those of the summed ELBO, :func:`summed_loss_rates` with N = ``model.num_data``
+    (``fit`` sets it), so ``Optim("sgd", 0.05, 5e-4)`` is the paper's SGD at 0.05 with weight decay 5e-4.
 
     :param name: a key of :data:`OPTIMIZERS`.
-    :param lr: the learning rate.
-    :param weight_decay: L2 penalty on every parameter.
+    :param lr: the per-example learning rate.
+    :param weight_decay: the per-example L2 penalty on every parameter.
     :param schedule: a multiplier of the rate per epoch (:class:`StepDecay`, :class:`FlatThenLinear`, any
         callable), or None for a constant rate.
     :param warmup_steps: ramp the rate linearly from ``1/W`` of its value over the first ``W`` optimiser steps.
@@ -90,7 +144,12 @@ class Optim:
 
     def __call__(self, model, guide) -> torch.optim.Optimizer:
         params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-        return make_optimizer(params, self.name, self.lr, self.weight_decay)
+        lr, weight_decay = self.rates(model)
+        return make_optimizer(params, self.name, lr, weight_decay, rate_scale=self.lr / lr)
+
+    def rates(self, model) -> tuple[float, float]:
+        """``(lr, weight_decay)`` on the summed ELBO of ``model`` (:func:`summed_loss_rates`)."""
+        return summed_loss_rates(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
 
 
 @dataclass(frozen=True)
@@ -121,7 +180,8 @@ class TwoGroupSGD:
 
     Rates and weight decay are those of the paper, whose loss is the mean over the training examples:
     pyrobnn's ELBO sums over the N examples (the minibatch likelihood is scaled by N/B), so the factory divides
-    the rates by N = ``model.num_data`` and multiplies the weight decay by N, which gives the same updates.
+    the rates by N = ``model.num_data`` and multiplies the weight decay by N (:func:`summed_loss_rates`), which
+    gives the same updates.
     ``fit(optimizer=TwoGroupSGD(...))`` sets ``num_data`` before calling it.
     """
 
@@ -143,19 +203,19 @@ class TwoGroupSGD:
 
     def __call__(self, model, guide) -> torch.optim.SGD:
         num_data = getattr(model, "num_data", None)
-        if not isinstance(num_data, int) or num_data < 1:
-            raise ValueError("TwoGroupSGD scales the paper's per-example rates by the training-set size: build the "
-                             f"model with num_data=N (fit sets it), got num_data={num_data!r}")
+        lr, weight_decay = summed_loss_rates("sgd", self.lr, self.weight_decay, num_data)
+        variational_lr, _ = summed_loss_rates("sgd", self.variational_lr, 0.0, num_data)
         variational = list(guide.parameters())
         ids = {id(p) for p in variational}
         deterministic = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
         groups = [
-            {"params": deterministic, "lr": self.lr / num_data, "weight_decay": self.weight_decay * num_data,
+            {"params": deterministic, "lr": lr, "weight_decay": weight_decay, "rate_scale": self.lr / lr,
              "momentum": self.momentum, "nesterov": self.momentum > 0, "group": "deterministic", "scheduled": True},
-            {"params": variational, "lr": self.variational_lr / num_data, "weight_decay": 0.0,
+            {"params": variational, "lr": variational_lr, "weight_decay": 0.0,
+             "rate_scale": self.variational_lr / variational_lr,
              "momentum": self.variational_momentum, "nesterov": False, "group": "variational", "scheduled": False},
         ]
-        return torch.optim.SGD([g for g in groups if g["params"]], lr=self.lr / num_data)
+        return torch.optim.SGD([g for g in groups if g["params"]], lr=lr)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
-from pyrobnn.infer.optim import Optim, make_scheduler
+from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate
 from pyrobnn.infer.predict import predictive_outputs
 from pyrobnn.infer.schedules import Constant
 
@@ -471,7 +471,7 @@ class _Run:
                 kept = f" The last good checkpoint is kept at {checkpoint}." if checkpoint else ""
                 raise TrainingDiverged(
                     f"loss became {values[0]} at epoch {epoch + 1}, step {step + 1} (beta={b:g}, "
-                    f"lr={self.optim.param_groups[0]['lr']:g}); training stopped.{kept} Lower the learning "
+                    f"lr={per_example_rate(self.optim.param_groups[0]):g}); training stopped.{kept} Lower the learning "
                     "rate or init_rho, or check the inputs for NaN."
                 )
             totals += torch.tensor(values + [b], dtype=torch.float64)
@@ -481,4 +481,4 @@ class _Run:
                 group["lr"] = rate
         loss, nll, kl, mean_beta = (totals / steps).tolist()
         return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
-                "lr": self.optim.param_groups[0]["lr"], "seconds": time.perf_counter() - tick}
+                "lr": per_example_rate(self.optim.param_groups[0]), "seconds": time.perf_counter() - tick}
