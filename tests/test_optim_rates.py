@@ -13,7 +13,15 @@ from torch import nn
 
 from pyrobnn.cli import main
 from pyrobnn.cli.build import GuideRateOptim
-from pyrobnn.infer.optim import Optim, TwoGroupSGD, per_example_rate, summed_loss_rates
+from pyrobnn.infer.optim import (
+    Optim,
+    TwoGroupSGD,
+    per_example_rate,
+    split_parameters,
+    summed_loss_group,
+    summed_loss_rates,
+    trained_parameters,
+)
 
 N = 64
 
@@ -86,6 +94,19 @@ def test_summed_loss_rates_of_each_optimiser():
     assert summed_loss_rates("sgd", 0.05, 5e-4, 50_000) == pytest.approx((1e-6, 25.0))
     assert summed_loss_rates("adam", 1e-3, 5e-4, 50_000) == pytest.approx((1e-3, 25.0))
     assert summed_loss_rates("adam", 1e-3, 0.0, None) == (1e-3, 0.0)  # nothing to scale: N is not needed
+    sgd, adam = summed_loss_group("sgd", 0.05, 5e-4, 50_000), summed_loss_group("adam", 1e-3, 5e-4, 50_000)
+    assert (sgd["lr"], sgd["weight_decay"], sgd["rate_scale"]) == pytest.approx((1e-6, 25.0, 50_000))
+    assert (adam["lr"], adam["weight_decay"], adam["rate_scale"]) == pytest.approx((1e-3, 25.0, 1.0))
+
+
+def test_parameters_are_split_between_the_network_and_the_guide_each_once():
+    model, guide = Regression(), nn.Linear(2, 2)
+    model.head = guide  # a parameter both hold (a guide registered in the model) is the guide's, and counted once
+    ids = [id(p) for p in trained_parameters(model, guide)]
+    assert ids == [id(guide.weight), id(guide.bias), id(model.linear.weight), id(model.linear.bias)]
+    network, variational = split_parameters(model, guide)
+    assert [id(p) for p in network] == [id(model.linear.weight), id(model.linear.bias)]
+    assert [id(p) for p in variational] == [id(guide.weight), id(guide.bias)]
 
 
 def test_every_factory_shares_the_scaling():

@@ -34,7 +34,7 @@ from pyrobnn.cli.options import (
 from pyrobnn.data import uci_protocol
 from pyrobnn.guides import GUIDES
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
-from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer
+from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer, split_parameters
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
@@ -306,13 +306,10 @@ class GuideRateOptim(Optim):
     factor: float = 1.0
 
     def __call__(self, model, guide) -> torch.optim.Optimizer:
-        variational = list(guide.parameters())
-        ids = {id(p) for p in variational}
-        network = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
-        lr, weight_decay = self.rates(model)  # per example -> the summed ELBO's
-        groups = [{"params": network}, {"params": variational, "lr": lr * self.factor}]
-        return make_optimizer([group for group in groups if group["params"]], self.name, lr, weight_decay,
-                              rate_scale=self.lr / lr)
+        network, variational = split_parameters(model, guide)
+        options = self.group(model)  # per example -> the summed ELBO's
+        groups = [{"params": network}, {"params": variational, "lr": options["lr"] * self.factor}]
+        return make_optimizer([group for group in groups if group["params"]], self.name, **options)
 
 
 def learning_rate(cfg: RunConfig) -> float:

@@ -20,7 +20,8 @@ import torch
 from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_int, positive, positive_int
 
 __all__ = ["OPTIMIZERS", "Optim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer", "make_scheduler",
-           "summed_loss_rates", "per_example_rate", "SCALE_INVARIANT", "Schedule"]
+           "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters", "per_example_rate",
+           "SCALE_INVARIANT", "Schedule"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
 """A learning-rate multiplier per epoch, ``schedule(epoch)``, or one such callable per parameter group."""
@@ -64,6 +65,27 @@ def summed_loss_rates(name: str, lr: float, weight_decay: float, num_data) -> tu
         raise ValueError(f"the per-example learning rate and weight decay of {name} are scaled by the training-set "
                          f"size: build the model with num_data=N (fit sets it), got num_data={num_data!r}")
     return (lr if name in SCALE_INVARIANT else lr / num_data), weight_decay * num_data
+
+
+def summed_loss_group(name: str, lr: float, weight_decay: float, num_data) -> dict:
+    """The options of a parameter group on the summed ELBO for the per-example ``lr`` and ``weight_decay``
+    (:func:`summed_loss_rates`): ``{"lr", "weight_decay", "rate_scale"}``, ``rate_scale`` being the per-example
+    rate over the group's (:func:`per_example_rate`)."""
+    summed_lr, summed_weight_decay = summed_loss_rates(name, lr, weight_decay, num_data)
+    return {"lr": summed_lr, "weight_decay": summed_weight_decay, "rate_scale": lr / summed_lr}
+
+
+def trained_parameters(model, guide) -> list[torch.Tensor]:
+    """Every parameter SVI trains, each once: the guide's, then the model's own."""
+    return list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
+
+
+def split_parameters(model, guide) -> tuple[list, list]:
+    """``(network, variational)``: the model's own parameters that the guide does not hold (weights under a node
+    prior, biases, BatchNorm, a learned noise scale), each once, and the guide's."""
+    variational = list(guide.parameters())
+    ids = {id(p) for p in variational}
+    return [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids], variational
 
 
 def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,
@@ -143,13 +165,16 @@ class Optim:
         _check_schedule(self.schedule, self.warmup_steps)
 
     def __call__(self, model, guide) -> torch.optim.Optimizer:
-        params = list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-        lr, weight_decay = self.rates(model)
-        return make_optimizer(params, self.name, lr, weight_decay, rate_scale=self.lr / lr)
+        return make_optimizer(trained_parameters(model, guide), self.name, **self.group(model))
+
+    def group(self, model) -> dict:
+        """``{"lr", "weight_decay", "rate_scale"}`` on the summed ELBO of ``model`` (:func:`summed_loss_group`)."""
+        return summed_loss_group(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
 
     def rates(self, model) -> tuple[float, float]:
         """``(lr, weight_decay)`` on the summed ELBO of ``model`` (:func:`summed_loss_rates`)."""
-        return summed_loss_rates(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
+        group = self.group(model)
+        return group["lr"], group["weight_decay"]
 
 
 @dataclass(frozen=True)
@@ -203,19 +228,15 @@ class TwoGroupSGD:
 
     def __call__(self, model, guide) -> torch.optim.SGD:
         num_data = getattr(model, "num_data", None)
-        lr, weight_decay = summed_loss_rates("sgd", self.lr, self.weight_decay, num_data)
-        variational_lr, _ = summed_loss_rates("sgd", self.variational_lr, 0.0, num_data)
-        variational = list(guide.parameters())
-        ids = {id(p) for p in variational}
-        deterministic = [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids]
+        deterministic, variational = split_parameters(model, guide)
+        deterministic_options = summed_loss_group("sgd", self.lr, self.weight_decay, num_data)
         groups = [
-            {"params": deterministic, "lr": lr, "weight_decay": weight_decay, "rate_scale": self.lr / lr,
-             "momentum": self.momentum, "nesterov": self.momentum > 0, "group": "deterministic", "scheduled": True},
-            {"params": variational, "lr": variational_lr, "weight_decay": 0.0,
-             "rate_scale": self.variational_lr / variational_lr,
+            {"params": deterministic, **deterministic_options, "momentum": self.momentum,
+             "nesterov": self.momentum > 0, "group": "deterministic", "scheduled": True},
+            {"params": variational, **summed_loss_group("sgd", self.variational_lr, 0.0, num_data),
              "momentum": self.variational_momentum, "nesterov": False, "group": "variational", "scheduled": False},
         ]
-        return torch.optim.SGD([g for g in groups if g["params"]], lr=lr)
+        return torch.optim.SGD([g for g in groups if g["params"]], lr=deterministic_options["lr"])
 
 
 @dataclass(frozen=True)

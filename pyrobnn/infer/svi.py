@@ -43,7 +43,7 @@ from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
-from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate
+from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate, trained_parameters
 from pyrobnn.infer.predict import predictive_outputs
 from pyrobnn.infer.schedules import Constant
 
@@ -168,10 +168,6 @@ MAX_TRACES = 8
 """Recordings one run keeps (one per batch shape, training mode and parameter storage), then eagerly."""
 
 
-def _parameters(model, guide) -> list[torch.Tensor]:
-    return list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
-
-
 class _Traced:
     r"""The loss terms of :func:`svi_step` as a TorchScript graph: the first step of each batch shape records every
     tensor operation of the ELBO (:func:`torch.jit.trace`, the parameters as the graph's inputs) and later steps
@@ -197,7 +193,7 @@ class _Traced:
         args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
         params = self.parameters.get((id(model), id(guide)))
         if params is None:
-            params = self.parameters[id(model), id(guide)] = _parameters(model, guide)
+            params = self.parameters[id(model), id(guide)] = trained_parameters(model, guide)
         key = (x.shape, x.dtype, x.device, y.shape, y.dtype, model.training, model.num_data,
                tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
         graph = self.graphs.get(key)
