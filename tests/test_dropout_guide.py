@@ -171,7 +171,8 @@ def test_plain_pyro_svi_trains_the_dropout_guide():
     model = BayesianNetwork(_mlp(sizes=(4, 16, 2)), num_data=128)
     guide = DropoutGuide(model, rate=0.1)
     svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
-    first = svi.step(x, y)
+    with pytest.warns(UserWarning, match="one dropout mask per batch, not one per example"):
+        first = svi.step(x, y)
     for _ in range(150):
         last = svi.step(x, y)
     assert last < first
@@ -190,6 +191,20 @@ def test_fit_trains_mc_dropout_and_it_swaps_in_by_one_argument():
         fit(model, guide, x, y, epochs=30, batch_size=64, optimizer=Optim(lr=0.01), progress=False)
         results[name] = evaluate(model, guide, x, y, num_samples=10)["accuracy"]
     assert min(results.values()) > 0.85, results
+
+
+def test_fit_and_prediction_do_not_warn_about_masks_per_batch(recwarn):
+    """The warning is for training outside an estimator handler; ``fit`` trains under one, and a prediction pass
+    without gradients is one whole draw of the network (the sequential path and the input probe included)."""
+    pyro.set_rng_seed(0)
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long()
+    model = BayesianNetwork(_mlp(sizes=(4, 8, 2)))
+    guide = DropoutGuide(model, rate=0.2)
+    fit(model, guide, x, y, epochs=1, batch_size=32, progress=False)
+    for vectorized in (True, False):
+        assert predictive_outputs(model, guide, x, num_samples=3, vectorized=vectorized).shape == (3, 64, 2)
+    assert not [w for w in recwarn if "dropout mask" in str(w.message)]
 
 
 def test_rate_per_site_by_pattern_and_bad_rates():

@@ -6,6 +6,8 @@ import fnmatch
 import warnings
 from typing import Mapping, Union
 
+import torch
+
 from pyrobnn.distributions import DropoutWeight
 from pyrobnn.guides.base import InitLoc
 from pyrobnn.guides.point import PointGuide
@@ -32,8 +34,9 @@ class DropoutGuide(PointGuide):
     :math:`\|M\|^2/(2\sigma_p^2(1-p))` from a Gaussian prior; prediction averages T passes with fresh
     masks (``pyrobnn.infer.predict(..., num_samples=T)``, one mask per example and pass). Under the
     estimator handlers each example draws its own mask (:mod:`pyrobnn.handlers.masked_weight`); under plain Pyro
-    ``SVI`` one mask per batch, which it warns about once (wrap the step in ``local_reparameterization()``, as
-    ``fit`` does). Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
+    ``SVI`` one mask per batch, which it warns about once when it trains (wrap the step in
+    ``local_reparameterization()``, as ``fit`` does); a pass without gradients (prediction, one draw of the network
+    per pass) does not warn. Biases are point estimates. ``rate=0`` is :class:`PointGuide`.
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.
     :param rate: the dropout probability p of every layer's input, or a mapping from glob patterns over
@@ -51,7 +54,8 @@ class DropoutGuide(PointGuide):
         self._warned = False
 
     def forward(self, *args, **kwargs):
-        if current_estimator() is None and not self._warned and any(self.rate(n) for n in self.site_names):
+        if (torch.is_grad_enabled() and current_estimator() is None and not self._warned
+                and any(self.rate(n) for n in self.site_names)):  # training: prediction's passes are whole draws
             self._warned = True
             warnings.warn("DropoutGuide outside an estimator handler draws one dropout mask per batch, not one per "
                           "example: wrap the step in pyrobnn.local_reparameterization() (fit and predict do)",
