@@ -267,16 +267,23 @@ def _write_tree(top: Path, classes, n_per_class: dict[str, int], size=(8, 8), mo
                 Image.fromarray(arr, mode).save(d / f"{i:04d}.{ext}", fmt)
 
 
+def _folder_rows(n: int) -> np.ndarray:
+    """The files of a folder in their order on disk (class by class), in the order the loader returns them."""
+    return np.random.default_rng(images.FOLDER_ORDER_SEED).permutation(n)
+
+
 def test_folder_dataset(tmp_path):
     _write_tree(tmp_path / "ds", ["dog", "cat"], {"train": 3, "test": 3})
     d = load_dataset(f"folder:{tmp_path / 'ds'}")
     assert d.x_train.shape == (6, 3, 8, 8) and d.x_test.shape == (6, 3, 8, 8)
     assert d.x_train.dtype == torch.float32 and 0 <= d.x_train.min() and d.x_train.max() <= 1
     assert d.classes == ("cat", "dog") and d.num_outputs == 2 and d.input_shape == (3, 8, 8)
-    assert d.y_train.tolist() == [0, 0, 0, 1, 1, 1] and d.y_train.dtype == torch.int64
-    # pixels are exact (PNG is lossless) and in CHW order
+    order = _folder_rows(6)
+    assert d.y_train.tolist() == np.array([0, 0, 0, 1, 1, 1])[order].tolist() and d.y_train.dtype == torch.int64
+    # pixels are exact (PNG is lossless) and in CHW order; dog/0001.png is the 5th file on disk
     png = np.array(Image.open(tmp_path / "ds" / "train" / "dog" / "0001.png"))
-    assert torch.equal((d.x_train[4] * 255).round().to(torch.uint8), torch.from_numpy(png).permute(2, 0, 1))
+    row = int(np.flatnonzero(order == 4)[0])
+    assert torch.equal((d.x_train[row] * 255).round().to(torch.uint8), torch.from_numpy(png).permute(2, 0, 1))
     s = load_dataset(f"folder:{tmp_path / 'ds'}", train_size=4, val_size=1, seed=0)
     assert len(s.x_train) == 3 and len(s.x_val) == 1
 
@@ -326,12 +333,16 @@ def test_cifar10_tarball_extracts_once_and_caches(tmp_path, monkeypatch):
     assert sorted(p.name for p in root.iterdir()) == ["cifar10-jpeg.tar.gz"]
     assert d.x_train.shape == (20, 3, 32, 32) and d.x_test.shape == (10, 3, 32, 32)
     assert d.x_train.dtype == torch.float32 and 0 <= d.x_train.min() and d.x_train.max() <= 1
-    assert d.y_train.tolist() == [c for c in range(10) for _ in range(2)]
+    assert sorted(d.y_train.tolist()) == [c for c in range(10) for _ in range(2)]
+    # not grouped by class: the first half of the rows holds most classes (a held-out tail, a check on the first
+    # rows see them all), in the same order on every load
+    assert len(set(d.y_train[:10].tolist())) >= 5 and len(set(d.y_test[:5].tolist())) >= 4
     assert d.classes == D.CIFAR10_CLASSES and d.num_outputs == 10 and d.input_shape == (3, 32, 32)
     # JPEG decoding matches PIL's
     jpg = np.array(Image.open(cache / "cifar10-jpeg" / "train" / "bird" / "0001.jpg").convert("RGB"))
-    assert torch.equal((d.x_train[5] * 255).round().to(torch.uint8), torch.from_numpy(jpg).permute(2, 0, 1))
-    npz = cache / "cifar10-jpeg.npz"
+    row = int(np.flatnonzero(_folder_rows(20) == 5)[0])  # bird/0001.jpg: the 6th file on disk
+    assert torch.equal((d.x_train[row] * 255).round().to(torch.uint8), torch.from_numpy(jpg).permute(2, 0, 1))
+    npz = cache / images.CIFAR10_CACHE
     assert npz.is_file() and (cache / "cifar10-jpeg" / "train").is_dir()
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temp leftovers
     mask = os.umask(0)
@@ -358,10 +369,10 @@ def test_cifar10_decodes_from_existing_extraction(tmp_path, monkeypatch):
     _make_cifar_tarball(root, tmp_path)
     monkeypatch.setenv("PYROBNN_CACHE", str(cache))
     load_dataset("cifar10", root, download=False)
-    (cache / "cifar10-jpeg.npz").unlink()
+    (cache / images.CIFAR10_CACHE).unlink()
     monkeypatch.setattr(tarfile, "open", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-extracted")))
     d = load_dataset("cifar10", root, download=False)  # decodes again from the extracted tree
-    assert d.x_train.shape == (20, 3, 32, 32) and (cache / "cifar10-jpeg.npz").is_file()
+    assert d.x_train.shape == (20, 3, 32, 32) and (cache / images.CIFAR10_CACHE).is_file()
 
 
 # ----------------------------------------------------------------------------- synthetic

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import warnings
+from types import SimpleNamespace
 
 import pyro
 import pytest
 import torch
 from pyro.infer import SVI, Trace_ELBO
 
-from pyrobnn import BayesianNetwork, DropoutGuide, NormalGuide, predict
+from pyrobnn import BayesianNetwork, DropoutGuide, NormalGuide, PointGuide, predict
+from pyrobnn.cli.runs import training_accuracy
 from pyrobnn.data import two_moons
 from pyrobnn.device import peak_bytes
 from pyrobnn.infer.predict import predictive_outputs
@@ -150,6 +152,18 @@ def test_a_run_that_stays_at_chance_says_so(tmp_path, capsys):
     assert report["train_accuracy"] <= 0.7
     assert len(report["warnings"]) == 1 and "at chance" in report["warnings"][0]
     assert "warning: training accuracy" in capsys.readouterr().err
+
+
+def test_the_chance_level_is_measured_on_rows_of_every_class():
+    """A training set stored class by class (an ImageFolder, CIFAR-10's JPEG copy before its rows were shuffled):
+    the check must not read the first 1,000 rows, one class at 100 % chance."""
+    torch.manual_seed(0)
+    x, y = torch.randn(3000, 2), torch.arange(3).repeat_interleave(1000)
+    model = BayesianNetwork(MLP(2, (4,), 3), num_data=3000)
+    accuracy, chance = training_accuracy(model, PointGuide(model), SimpleNamespace(x_train=x, y_train=y))
+    expected = torch.bincount(y[torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1000]]).max()
+    assert chance == pytest.approx(float(expected) / 1000) and 0.3 < chance < 0.4
+    assert 0 <= accuracy <= 1
 
 
 def test_vdp_with_particles_is_refused(tmp_path, capsys):

@@ -34,6 +34,13 @@ FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
+FOLDER_ORDER_SEED = 0
+"""Seed of the fixed permutation of an image folder's files (:func:`decode_image_folder`)."""
+
+CIFAR10_CACHE = "cifar10-jpeg-shuffled.npz"
+"""The decoded JPEG archive under :func:`~pyrobnn.data.sources.cache_dir` (its rows in the order above; an older
+``cifar10-jpeg.npz`` held them grouped by class and is not read)."""
+
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer",
     "dog", "frog", "horse", "ship", "truck",
@@ -130,7 +137,8 @@ def _gray(mode: str) -> bool:
 def decode_image_folder(split_dir: str | os.PathLike, classes: tuple[str, ...] | None = None,
                         size: tuple[int, int] | None = None, mode: str | None = None
                         ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """Decode ``split_dir/<class>/<image>`` into ``(uint8 images (N, C, H, W), int64 labels, classes)``.
+    """Decode ``split_dir/<class>/<image>`` into ``(uint8 images (N, C, H, W), int64 labels, classes)``, the
+    images in a fixed random order (:data:`FOLDER_ORDER_SEED`), not grouped by class.
 
     Classes are the sub-directories in alphabetical order (or ``classes``, to
     reuse the training split's label mapping). All images must have the same
@@ -157,6 +165,9 @@ def decode_image_folder(split_dir: str | os.PathLike, classes: tuple[str, ...] |
                       if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
     if not files:
         raise ValueError(f"no images ({', '.join(IMG_EXTENSIONS)}) found in {split_dir}/<class>/")
+    # the rows in a fixed random order, as in CIFAR-10's own batches: the first rows of a split (a held-out tail,
+    # a check on the first 1,000 examples) hold every class, not the first class folders
+    files = [files[i] for i in np.random.default_rng(FOLDER_ORDER_SEED).permutation(len(files))]
     first = files[0][0]
     out: np.ndarray | None = None
     labels = np.empty(len(files), dtype=np.int64)
@@ -217,7 +228,7 @@ def load_folder(path: str | os.PathLike, **split) -> DataSplits:
 def _load_cifar10_archive(archive: Path):
     """Decode the ImageFolder tarball once, caching uint8 arrays in :func:`cache_dir`."""
     cache = sources.cache_dir()
-    npz = cache / "cifar10-jpeg.npz"
+    npz = cache / CIFAR10_CACHE
     key = np.array(archive.stat().st_size, dtype=np.int64)  # identifies the archive version
     if npz.is_file():
         with np.load(npz) as z:
