@@ -166,6 +166,14 @@ def test_the_chance_level_is_measured_on_rows_of_every_class():
     assert 0 <= accuracy <= 1
 
 
+def test_samples_that_the_mixture_cannot_share_are_refused_before_training(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert run_cli(["train", *MOONS, "--method", "ibnn-4", "--num-samples", 10, "--out", out]) == 2
+    line = error_line(capsys)
+    assert "--num-samples 10 must be a multiple of --guide.components 4" in line and line.endswith("pass 8 or 12")
+    assert not out.exists()  # refused before anything was trained or written
+
+
 def test_vdp_with_particles_is_refused(tmp_path, capsys):
     assert run_cli(["train", *MOONS, "--estimator", "vdp", "--num-particles", 4, "--out", tmp_path / "r"]) == 2
     assert "--num-particles 4 does not apply to --estimator vdp" in error_line(capsys)

@@ -208,6 +208,12 @@ def check_run(cfg: RunConfig) -> None:
                          "propagates moments deterministically, one pass without particles")
     if cfg.output.max_memory is not None:
         positive("--max-memory (GB)", cfg.output.max_memory)
+    if cfg.guide.name == "mixture-node":  # the test report draws the same number from each component
+        k, n = positive_int("--guide.components", cfg.guide.components), cfg.output.num_samples
+        if n % k:
+            raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
+                             f"predictions draw as many samples from each component): pass {n - n % k or k} or "
+                             f"{n - n % k + k}")
     check_posterior(cfg)
 
 
