@@ -51,7 +51,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
                                         "--guide.approximation", "molchanov"]),
     "--guide.approximation": (["molchanov"], ["--guide", "multiplicative", "--prior", "log-uniform"]),
     "--guide.rate": (["0.1"], ["--guide", "dropout"]),
-    "--guide.components": (["8"], MIXTURE + ["--batch-size", "8"]),
+    "--guide.components": (["8"], MIXTURE + ["--batch-size", "8", "--num-samples", "8"]),
     "--guide.init-scale": (["0.3"], MIXTURE),
     "--guide.kl": (["entropy-bound"], MIXTURE),
     "--guide.entropy-weight": (["0.5"], MIXTURE),
@@ -176,7 +176,8 @@ def test_each_train_option_with_a_non_default_value_builds_the_run(flag, data_ro
 def test_guide_components_reaches_the_mixture_guide(tmp_path):
     """f307a6a: ``--guide.components 8`` failed with "does not apply": the option reached the guide under
     another name (``num_components``)."""
-    cfg = _parse(["train", *TOY, *MIXTURE, "--guide.components", "8", "--batch-size", "8", "--out", str(tmp_path)])
+    cfg = _parse(["train", *TOY, *MIXTURE, "--guide.components", "8", "--batch-size", "8", "--num-samples", "8",
+                  "--out", str(tmp_path)])
     check_run(cfg)
     _, guide = build(cfg, load_data(cfg))
     assert guide.num_components == 8

@@ -68,7 +68,8 @@ def test_the_multiplicative_guide_takes_its_bound_and_kl_approximation():
 
 
 def test_the_guide_parameters_train_at_their_own_rate():
-    cfg = configured("--prior", "node", "--guide", "mixture-node", "--lr", "0.002", "--variational-lr-factor", "10")
+    cfg = configured("--prior", "node", "--guide", "mixture-node", "--lr", "0.002", "--variational-lr-factor", "10",
+                     "--num-samples", "4")
     model, guide = build(cfg, load_data(cfg))
     network, variational = make_optimizer_factory(cfg)(model, guide).param_groups
     assert (network["lr"], variational["lr"]) == (0.002, 0.02)

@@ -171,6 +171,8 @@ def test_samples_that_the_mixture_cannot_share_are_refused_before_training(tmp_p
     assert run_cli(["train", *MOONS, "--method", "ibnn-4", "--num-samples", 10, "--out", out]) == 2
     line = error_line(capsys)
     assert "--num-samples 10 must be a multiple of --guide.components 4" in line and line.endswith("pass 8 or 12")
+    assert run_cli(["train", *MOONS, "--method", "ibnn-4", "--num-samples", 2, "--out", out]) == 2
+    assert error_line(capsys).endswith("pass 4")
     assert not out.exists()  # refused before anything was trained or written
 
 

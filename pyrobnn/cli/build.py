@@ -211,9 +211,10 @@ def check_run(cfg: RunConfig) -> None:
     if cfg.guide.name == "mixture-node":  # the test report draws the same number from each component
         k, n = positive_int("--guide.components", cfg.guide.components), cfg.output.num_samples
         if n % k:
+            below = n - n % k
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
-                             f"predictions draw as many samples from each component): pass {n - n % k or k} or "
-                             f"{n - n % k + k}")
+                             f"predictions draw as many samples from each component): pass "
+                             f"{f'{below} or ' if below else ''}{below + k}")
     check_posterior(cfg)
 
 
