@@ -21,7 +21,7 @@ import torch
 
 __all__ = [
     "finite", "positive", "nonnegative", "in_range", "positive_int", "nonnegative_int", "choice",
-    "check_probs", "check_labels", "one_line",
+    "multiples_near", "check_probs", "check_labels", "one_line",
 ]
 
 
@@ -70,6 +70,13 @@ def positive_int(name: str, value) -> int:
 def nonnegative_int(name: str, value) -> int:
     """``value`` as an ``int`` if it is an integer >= 0."""
     return _number(name, value, "an integer >= 0", lambda v: v >= 0, integer=True)
+
+
+def multiples_near(value: int, k: int) -> str:
+    """The multiples of ``k`` either side of ``value``, for an error message: ``"8 or 12"`` for 10 and 4, ``"4"`` for
+    2 and 4 (no positive multiple below)."""
+    below = value - value % k
+    return f"{below} or {below + k}" if below else str(k)
 
 
 def choice(name: str, value, options: Iterable):

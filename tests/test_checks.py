@@ -196,3 +196,9 @@ def test_the_categorical_likelihood_checks_labels_as_the_metrics_do():
         likelihood.check(logits, torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="labels y must hold integer class indices"):
         likelihood.check(logits, torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_multiples_near_names_the_multiples_either_side():
+    assert checks.multiples_near(10, 4) == "8 or 12"
+    assert checks.multiples_near(100, 8) == "96 or 104"
+    assert checks.multiples_near(2, 4) == "4"  # no positive multiple below

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.checks import in_range, nonnegative, nonnegative_int, one_line, positive, positive_int
+from pyrobnn.checks import in_range, multiples_near, nonnegative, nonnegative_int, one_line, positive, positive_int
 from pyrobnn.cli.methods import resolve_method
 from pyrobnn.cli.options import (
     MCMC_MODELS,
@@ -211,10 +211,8 @@ def check_run(cfg: RunConfig) -> None:
     if cfg.guide.name == "mixture-node":  # the test report draws the same number from each component
         k, n = positive_int("--guide.components", cfg.guide.components), cfg.output.num_samples
         if n % k:
-            below = n - n % k
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
-                             f"predictions draw as many samples from each component): pass "
-                             f"{f'{below} or ' if below else ''}{below + k}")
+                             f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
 
 

@@ -171,11 +171,6 @@ class Optim:
         """``{"lr", "weight_decay", "rate_scale"}`` on the summed ELBO of ``model`` (:func:`summed_loss_group`)."""
         return summed_loss_group(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
 
-    def rates(self, model) -> tuple[float, float]:
-        """``(lr, weight_decay)`` on the summed ELBO of ``model`` (:func:`summed_loss_rates`)."""
-        group = self.group(model)
-        return group["lr"], group["weight_decay"]
-
 
 @dataclass(frozen=True)
 class StepDecay:

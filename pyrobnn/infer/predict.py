@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from torch import nn
 
 from pyrobnn._compat import DropoutBase
+from pyrobnn.checks import multiples_near
 from pyrobnn.device import device_of, memory_budget, peak_bytes
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers import local_reparameterization, vdp
@@ -123,7 +124,7 @@ def passes(total: int, progress: bool):
 def _check_components(k: int, num_samples: int) -> None:
     if num_samples % k:
         raise ValueError(f"num_samples ({num_samples}) must be a multiple of the guide's {k} mixture components, "
-                         f"e.g. {num_samples - num_samples % k or k} or {num_samples - num_samples % k + k}")
+                         f"e.g. {multiples_near(num_samples, k)}")
 
 
 def _sampled_net(model, guide, check_fit: bool = True):
