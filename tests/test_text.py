@@ -10,6 +10,7 @@ from pyro import poutine
 
 from pyrobnn import BayesianNetwork, NormalGuide, vdp
 from pyrobnn.data import text
+from pyrobnn.data.splits import holdout
 from pyrobnn.data.text import PAD_ID, UNK_ID, WordTokenizer, load_imdb, padding_mask, shuffle_words
 from pyrobnn.handlers.moments import Moments
 from pyrobnn.networks.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
@@ -80,6 +81,20 @@ def test_load_imdb_is_balanced_seeded_and_has_no_test_leakage(corpus):
     subset = load_imdb(size=1000, train_size=100, val_size=20, max_length=8, min_count=1)
     assert len(subset.x_train) == 80 and len(subset.x_val) == 20
     assert len([w for w in subset.tokenizer.vocabulary if w.startswith("w")]) == 80  # the final training texts
+
+
+def test_imdb_rows_are_shuffled_when_the_csv_lists_one_class_after_the_other(monkeypatch):
+    """The package's CSV holds every negative review before every positive one: the training rows must not keep
+    that order, or --grid's held-out rows (the last 20 %, splits.holdout) are all positive."""
+    texts = tuple(f"{'great' if i >= 600 else 'awful'} w{i} film" for i in range(1200))
+    labels = tuple(int(i >= 600) for i in range(1200))
+    monkeypatch.setattr(text, "_reviews", lambda source: (texts, labels))
+    data = load_imdb(size=1000, seed=0, max_length=4, min_count=1)
+    _, y_fit, _, y_held = holdout(data.x_train, data.y_train)
+    assert len(y_held) == 100 and 0.35 < y_held.float().mean() < 0.65 and 0.4 < y_fit.float().mean() < 0.6
+    for y in (data.y_train, data.y_test):  # both classes within the first tenth of each half
+        assert 0.3 < y[:50].float().mean() < 0.7
+    assert data.y_train.sum() == 250 and data.y_test.sum() == 250  # still balanced
 
 
 def test_shuffle_words_permutes_the_words_of_each_row():
