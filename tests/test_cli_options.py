@@ -51,6 +51,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
                                         "--guide.approximation", "molchanov"]),
     "--guide.approximation": (["molchanov"], ["--guide", "multiplicative", "--prior", "log-uniform"]),
     "--guide.rate": (["0.1"], ["--guide", "dropout"]),
+    "--guide.rates": (["net.1.*=0"], ["--guide", "dropout"]),
     "--guide.components": (["8"], MIXTURE + ["--batch-size", "8", "--num-samples", "8"]),
     "--guide.init-scale": (["0.3"], MIXTURE),
     "--guide.kl": (["entropy-bound"], MIXTURE),
@@ -181,6 +182,27 @@ def test_guide_components_reaches_the_mixture_guide(tmp_path):
     check_run(cfg)
     _, guide = build(cfg, load_data(cfg))
     assert guide.num_components == 8
+
+
+def test_guide_rates_set_the_rate_of_each_layer_and_bad_entries_are_refused_before_training(tmp_path):
+    dropout = ["train", *TOY, "--guide", "dropout", "--guide.rate", "0.2", "--out", str(tmp_path)]
+    cfg = _parse([*dropout, "--guide.rates", "net.1.*=0", "net.3.weight=0.1"])
+    check_run(cfg)
+    _, guide = build(cfg, load_data(cfg))
+    assert {name: guide.rate(name) for name in guide.site_names} == {
+        "net.1.weight": 0.0, "net.1.bias": 0.0, "net.3.weight": 0.1, "net.3.bias": 0.2}
+    for extra, message in ((["--guide.rates", "net.1.*"], r"--guide.rates 'net.1.\*': write GLOB=RATE"),
+                           (["--guide.rates", "net.1.*=half"], "write GLOB=RATE"),
+                           (["--guide.rates", "net.1.*=1.5"], r"must be a number in \[0, 1\)"),
+                           (["--guide.rates", "*=0", "--guide", "normal"], "--guide.rates does not apply to --guide "
+                                                                            "normal")):
+        with pytest.raises(ValueError, match=message):
+            run = _parse([*dropout, *extra])
+            check_run(run)
+            build(run, load_data(run))
+    with pytest.raises(ValueError, match="'conv1.' matches no site of the model; its sites are net.1.weight"):
+        run = _parse([*dropout, "--guide.rates", "conv1.=0"])
+        build(run, load_data(run))
 
 
 @pytest.mark.parametrize("flag", sorted(f for f, case in MCMC_CASES.items() if case is not None))

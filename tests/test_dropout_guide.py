@@ -60,15 +60,32 @@ def test_dropout_kl_to_gaussian_prior_is_the_expected_negative_log_prior_less_it
 
 
 def _masked_forward(net, x, rate):
-    """The MLP by hand: every Linear layer's input dropped per example (inverted dropout)."""
-    h = x
+    """The MLP by hand: every Linear layer's input dropped per example (inverted dropout) at ``rate``, or at
+    ``rate[i]`` for the i-th Linear layer."""
+    h, rates = x, iter(rate if isinstance(rate, (list, tuple)) else itertools.repeat(rate))
     for module in net:
         if isinstance(module, nn.Linear):
-            keep = torch.empty_like(h).bernoulli_(1 - rate) / (1 - rate)
-            h = nn.functional.linear(h * keep, module.weight_init, module.bias_init)
+            p = next(rates)
+            if p:
+                h = h * torch.empty_like(h).bernoulli_(1 - p) / (1 - p)
+            h = nn.functional.linear(h, module.weight_init, module.bias_init)
         else:
             h = module(h)
     return h
+
+
+def test_rates_per_layer_keep_the_input_undropped_and_refuse_a_pattern_that_matches_no_site():
+    net = _mlp()
+    model = BayesianNetwork(net)  # sites net.0.weight, net.0.bias, net.2.weight, net.2.bias
+    guide = DropoutGuide(model, rate={"net.0.*": 0.0, "*": 0.3})
+    assert [guide.rate(name) for name in guide.site_names] == [0.0, 0.0, 0.3, 0.3]
+    x = torch.randn(5, 4)
+    torch.manual_seed(7)
+    draws = predictive_outputs(model, guide, x, num_samples=6)
+    torch.manual_seed(7)
+    assert torch.allclose(draws, _masked_forward(net, x.repeat(6, 1), [0.0, 0.3]).view(6, 5, 3), atol=1e-6)
+    with pytest.raises(ValueError, match=r"'conv1\.\*' matches no site of the model; its sites are net\.0\.weight"):
+        DropoutGuide(model, rate={"conv1.*": 0.0, "*": 0.3})
 
 
 def test_predictive_equals_averaging_masked_deterministic_passes():

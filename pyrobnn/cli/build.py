@@ -30,6 +30,7 @@ from pyrobnn.cli.options import (
     grid_entry,
     mcmc_dataset,
     noise_precision,
+    site_rates,
 )
 from pyrobnn.data import uci_protocol
 from pyrobnn.guides import GUIDES
@@ -146,7 +147,18 @@ def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
     for a reproducible initialisation.
     """
     model = build_network(cfg, data)
-    return model, _construct("guide", GUIDES, cfg.guide.name, cfg.guide, model, renamed=_GUIDE_ARGUMENTS)
+    return model, _construct("guide", GUIDES, cfg.guide.name, _guide_options(cfg), model, renamed=_GUIDE_ARGUMENTS)
+
+
+def _guide_options(cfg):
+    """``cfg.guide``, with ``--guide.rates`` folded into the dropout guide's ``rate`` mapping (:func:`site_rates`)."""
+    options = cfg.guide
+    if options.rates and options.name != "dropout":
+        raise ValueError(f"--guide.rates does not apply to --guide {options.name}: it sets the rates of --guide "
+                         "dropout")
+    if options.rates:
+        options = dataclasses.replace(options, rate=site_rates(options.rates, options.rate), rates=())
+    return options
 
 
 def build_network(cfg, data) -> BayesianNetwork:
@@ -199,6 +211,7 @@ def check_run(cfg: RunConfig) -> None:
         raise ValueError(f"--init-from {cfg.model.init_from}: no such file; give the checkpoint.pt of a `pyrobnn train "
                          "--bayesian none` run")
     make_prior(cfg)
+    _guide_options(cfg)
     beta_schedule(cfg)
     if cfg.likelihood.name != "auto":
         make_likelihood(cfg, None)

@@ -67,6 +67,24 @@ def grid_entry(spec: str) -> Optional[tuple[str, tuple[str, ...]]]:
     return (name, texts) if sep and name and texts else None
 
 
+def site_rates(entries: tuple[str, ...], rate: float) -> dict[str, float]:
+    """``--guide.rates GLOB=RATE ...`` with ``--guide.rate`` as :class:`~pyrobnn.DropoutGuide`'s mapping from glob
+    patterns over site names to dropout rates: the entries in order (first match wins), then ``"*"`` at ``rate``
+    for every other site; a :class:`ValueError` naming ``--guide.rates`` for an entry that is not GLOB=RATE."""
+    rates = {}
+    for entry in entries:
+        pattern, sep, text = entry.partition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if not sep or not pattern.strip() or value is None:
+            raise ValueError(f"--guide.rates {entry!r}: write GLOB=RATE over the model's site names, e.g. "
+                             "'net.0.*=0' to keep a network's input undropped")
+        rates[pattern.strip()] = value
+    return {**rates, "*": rate} if "*" not in rates else rates
+
+
 def noise_precision(text: str) -> float:
     """A value of ``--grid tau=...``: a finite positive number, else a :class:`ValueError` naming ``--grid``."""
     try:
@@ -79,6 +97,7 @@ def noise_precision(text: str) -> float:
 
 
 __all__ = [
+    "site_rates",
     "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
@@ -252,6 +271,10 @@ class GuideOptions:
     rate: float = _default(GUIDES["dropout"], "rate")
     ("dropout: probability of dropping each input unit (channel) of every Bayesian layer (train with --estimator "
      "local: one mask per example).")
+    rates: tuple[str, ...] = ()
+    ("dropout: per-layer rates, GLOB=RATE over the model's site names (first match wins; other sites take "
+     "--guide.rate), e.g. 'net.0.*=0' keeps a LeNet's image undropped; a pattern that matches no site is refused, "
+     "naming the sites.")
     components: int = _default(GUIDES["mixture-node"], "num_components")
     ("mixture-node: K, the mixture components (train with --estimator local, batches a multiple of K; --num-samples a "
      "multiple of K).")

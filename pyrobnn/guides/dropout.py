@@ -40,8 +40,8 @@ class DropoutGuide(PointGuide):
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.
     :param rate: the dropout probability p of every layer's input, or a mapping from glob patterns over
-        site names to rates (first match wins, unmatched sites get 0), e.g. ``{"net.conv1.*": 0.0, "*": 0.3}``
-        to keep the image itself undropped.
+        site names to rates (first match wins, unmatched sites get 0), e.g. ``{"net.0.*": 0.0, "*": 0.3}``
+        to keep a LeNet's image itself undropped; a pattern that matches no site is an error naming the sites.
     :param init_loc: initial values (default: the network's current weights).
     """
 
@@ -51,6 +51,10 @@ class DropoutGuide(PointGuide):
         else:
             self.rates = {"*": _check_rate("rate", rate)}
         super().__init__(model, init_loc, name=name)
+        unmatched = [p for p in self.rates if not fnmatch.filter(self.site_names, p)]
+        if unmatched and isinstance(rate, Mapping):
+            raise ValueError(f"rate: the pattern {unmatched[0]!r} matches no site of the model; its sites are "
+                             f"{', '.join(self.site_names)}")
         self._warned = False
 
     def forward(self, *args, **kwargs):
