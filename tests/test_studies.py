@@ -283,3 +283,56 @@ def test_published_keys_match_labels_axis_values_and_pairs_and_survive_a_narrowe
     assert grid.replace(vary={"hidden": ["4"], "method": ["map"]}).published == {}
     with pytest.raises(ValueError, match="'hidden=16': names no label"):
         Study(base=TOY, vary={"hidden": ["4", "8"]}, published={"source": "S", "hidden=16": {"nll": 1.0}})
+
+
+# ----------------------------------------------------------------------------- labels' settings
+
+
+def test_settings_refine_a_label_after_its_preset_and_the_base_and_axes_win(tmp_path):
+    settings = {"method=mcdropout": ["--guide.rate", "0.1", "--lr", "0.02"], "hidden=4 method=mcdropout":
+                ["--guide.rates", "net.1.*=0"], "map": ["--prior.scale", "0.5"]}
+    grid = Study(base=TOY, vary={"hidden": ["4", "8"], "method": ["mcdropout", "map"]}, settings=settings)
+    configs = {cell.label: parse_cell("train", cell.argv) for cell in grid.cells()}
+    small, large = configs["hidden=4 method=mcdropout"], configs["hidden=8 method=mcdropout"]
+    assert small.guide.rate == large.guide.rate == 0.1 and small.optim.lr == large.optim.lr == 0.02  # preset: 0.5
+    assert small.guide.rates == ("net.1.*=0",) and large.guide.rates == ()  # the more specific key adds to it
+    assert configs["hidden=4 method=map"].prior.scale == 0.5 and configs["hidden=4 method=map"].guide.rate == 0.5
+    # later arguments win: the base over the settings, the axis over both
+    over = Study(base=[*TOY, "--lr", "0.05"], vary={"method": ["mcdropout"]},
+                 settings={"mcdropout": ["--lr", "0.02"]}).cells()[0]
+    assert parse_cell("train", over.argv).optim.lr == 0.05
+    # a narrowed axis keeps the settings of the labels that remain, and the cells' keys change with them
+    narrowed = grid.replace(vary={"hidden": ["8"], "method": ["mcdropout"]})
+    assert narrowed.settings == {"method=mcdropout": ("--guide.rate", "0.1", "--lr", "0.02")}
+    plain = Study(base=TOY, vary={"hidden": ["8"], "method": ["mcdropout"]}).cells()[0]
+    assert narrowed.cells()[0].key != plain.key and narrowed.to_dict()["settings"]["method=mcdropout"][1] == "0.1"
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"bbb": ["--lr", "0.1"]}, "[settings] 'bbb': names no label of this study"),
+    ({"normal": ["--seed", "3"]}, "[settings] 'normal' sets --seed, which the study sets for each cell"),
+    ({"normal": ["--method", "bbb"]}, "sets --method"),
+    ({"normal": 3}, "give a list of pyrobnn train arguments"),
+    ({"normal": ["--no-such-option", "1"]}, "no-such-option"),
+])
+def test_bad_settings_are_one_error_naming_the_key(settings, named):
+    with pytest.raises(ValueError) as error:
+        Study(base=TOY, vary={"guide": ["normal", "dropout"]}, settings=settings).cells()
+    assert named in str(error.value)
+
+
+def test_a_study_file_joins_its_settings_with_its_configurations_and_refuses_one_the_base_overrides(tmp_path):
+    path = write_study_file(tmp_path / "toy.toml", **{"[published]": '[settings]\n"guide=dropout" = '
+                                                      '["--guide.rate", "0.2"]\n\n[published]',
+                                                      '"--batch-size", "20"]': '"--batch-size", "20"]\n'
+                                                      'settings = { dropout = ["--guide.rates", "net.1.*=0"] }'})
+    gpu = Study.from_file(path)
+    assert gpu.settings == {"guide=dropout": ("--guide.rate", "0.2"), "dropout": ("--guide.rates", "net.1.*=0")}
+    dropout = next(parse_cell("train", cell.argv) for cell in gpu.cells() if cell.label == "dropout")
+    assert dropout.guide.rate == 0.2 and dropout.guide.rates == ("net.1.*=0",)
+    assert Study.from_file(path, "cpu").settings == {"guide=dropout": ("--guide.rate", "0.2")}
+    clash = write_study_file(tmp_path / "clash.toml", **{"[published]": '[settings]\nnormal = ["--lr", "0.3"]\n\n'
+                                                         '[published]'})
+    with pytest.raises(ValueError, match="'normal' sets --lr, which the base also sets .configuration gpu. and would "
+                                         "override: drop one"):
+        Study.from_file(clash)

@@ -1,8 +1,9 @@
 """A study's cell: one ``pyrobnn train`` command line (``pyrobnn mcmc`` for a method that samples), parsed and
 checked as that command would, and its cache key.
 
-A cell's arguments are the study's base arguments, then one value of each axis (``--guide dropout``), then its
-replicate (``--seed 2``, ``--split 1``): later arguments win, so an axis overrides the base. A ``--method NAME``
+A cell's arguments are its label's settings (a study file's ``[settings]``), the study's base arguments, then one
+value of each axis (``--guide dropout``), then its replicate (``--seed 2``, ``--split 1``): later arguments win, so
+an axis overrides the base and the base a label's settings. A ``--method NAME``
 among them stays as written (the replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the
 command line expands it, by :func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's
 after them. A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options that
@@ -178,9 +179,12 @@ def _method_of(arguments: list[str]) -> Optional[str]:
     return names[-1] if names else None
 
 
-def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str) -> Cell:
+def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
+              settings: typing.Sequence[str] = ()) -> Cell:
     """The cell of ``base`` at ``axes`` (``{option name: value}``) and ``replicate`` (``{"seed": 2}``), parsed and
-    checked as its command would (a :class:`ValueError` naming the cell and the problem otherwise)."""
+    checked as its command would (a :class:`ValueError` naming the cell and the problem otherwise). ``settings``:
+    the label's own arguments, placed before the base (after a method's preset, once expanded), so that the preset
+    is refined by them and the base and the axes win over them."""
     where = " ".join([repr(label), *(f"{name} {value}" for name, value in replicate.items())])
     method = axes.get("method")
     try:
@@ -188,7 +192,7 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             resolve_method(method)  # the registry's error names the known methods
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
-        arguments = [*base]
+        arguments = [*settings, *base]
         for axis, value in axes.items():
             arguments += axis_arguments("mcmc" if axis != "method" and command == "mcmc" else "train", axis, value)
         for option, value in replicate.items():

@@ -88,9 +88,14 @@ def label_keys(axes: Mapping[str, str]) -> set[str]:
     return subsets | set(axes.values())
 
 
+def known_keys(axes_of_labels: Sequence[Mapping[str, str]], name: str) -> set[str]:
+    """Every key that names a label of a study (:func:`label_keys`; a study without axes has only its ``name``)."""
+    return set().union(*(label_keys(axes) for axes in axes_of_labels)) if any(axes_of_labels) else {name}
+
+
 def unmatched_keys(published: Mapping, axes_of_labels: Sequence[Mapping[str, str]], name: str) -> list[str]:
     """The keys of ``published`` that name no label (a study without axes has only its ``name``)."""
-    known = set().union(*(label_keys(axes) for axes in axes_of_labels)) if any(axes_of_labels) else {name}
+    known = known_keys(axes_of_labels, name)
     return [key for key in figures(published) if key not in known]
 
 

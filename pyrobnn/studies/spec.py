@@ -41,6 +41,13 @@ of any configuration::
     bbb = { accuracy = 0.9807 }
     mcdropout = { error = 0.0157 }
 
+A file may also give some labels arguments of their own (``[settings]``, keyed like ``[published]``; a
+configuration's ``settings`` add to them): a paper's settings for one method, which the study's base (it applies to
+every cell) cannot hold. They refine the method's preset; the base, the axes and the command line win over them::
+
+    [settings]
+    "method=mcdropout" = ["--guide.rate", "0.1", "--guide.rates", "net.0.*=0", "--lr", "0.01"]
+
 Axis values are written as on the command line (``"800 800"`` or ``[800, 800]`` for ``hidden``, ``true`` /
 ``false`` for a switch); dotted option names are quoted keys or tables (``"prior.scale" = [0.1, 1.0]``).
 """
@@ -59,7 +66,7 @@ from pyrobnn.checks import positive_int
 from pyrobnn.cli.methods import resolve_method
 from pyrobnn.studies.baseline import resolve_baseline
 from pyrobnn.studies.cells import Cell, axis_arguments, check_axis, make_cell, split_options
-from pyrobnn.studies.published import check_published, unmatched_keys
+from pyrobnn.studies.published import check_published, known_keys, label_keys, unmatched_keys
 from pyrobnn.studies.runner import run_study
 
 if sys.version_info >= (3, 11):
@@ -72,12 +79,15 @@ __all__ = ["Study", "parse_axis", "load_study"]
 STUDY_KEYS = ("name", "base", "seeds", "splits", "baseline", "out", "default_configuration")
 """The keys of a study file's ``[study]`` table."""
 
-TABLES = ("study", "vary", "published", "configurations")
+TABLES = ("study", "vary", "published", "settings", "configurations")
 """The tables of a study file."""
 
-CONFIGURATION_KEYS = ("base", "vary")
-"""The keys of a study file's ``[configurations.NAME]`` tables: base arguments appended to the study's, and axes
-added to (or replacing) its ``[vary]``."""
+CONFIGURATION_KEYS = ("base", "vary", "settings")
+"""The keys of a study file's ``[configurations.NAME]`` tables: base arguments appended to the study's, axes
+added to (or replacing) its ``[vary]``, and labels' settings appended to its ``[settings]``."""
+
+SETTINGS_REFUSED = ("--method", "--seed", "--split")
+"""Options a label's settings may not set: the label and the replicate choose them."""
 
 DEFAULT_CONFIGURATION = "cpu"
 """The configuration a file with ``[configurations]`` runs when neither the command line nor
@@ -99,9 +109,9 @@ def _text(value, where: str) -> str:
                      "them for an option of several values)")
 
 
-def _unmatched(key: str, labels: Sequence[str], more: str = "") -> ValueError:
-    """The error of a ``[published]`` key that names no label."""
-    return ValueError(f"[published] {key!r}: names no label of this study; give a label, an axis value or "
+def _unmatched(key: str, labels: Sequence[str], more: str = "", table: str = "published") -> ValueError:
+    """The error of a ``[published]`` (or ``[settings]``) key that names no label."""
+    return ValueError(f"[{table}] {key!r}: names no label of this study; give a label, an axis value or "
                       "NAME=VALUE; its labels are " + ", ".join(repr(label) for label in labels) + more)
 
 
@@ -135,6 +145,9 @@ class Study:
         (:mod:`pyrobnn.studies.published`); a key that names no label is a :class:`ValueError`.
     :param configuration: the name of the study file's configuration whose base arguments are in ``base`` (the
         report records it).
+    :param settings: ``{label key (as in published): [train arguments]}``, the arguments of the cells of that label
+        (every key that names a cell's label, shortest first), before the base (:func:`~pyrobnn.studies.cells.
+        make_cell`); a key that names no label is a :class:`ValueError`.
     """
 
     base: Union[str, Sequence] = ()
@@ -146,6 +159,7 @@ class Study:
     out: Optional[Path] = None
     published: Mapping = field(default_factory=dict)
     configuration: Optional[str] = None
+    settings: Mapping[str, Sequence] = field(default_factory=dict)
 
     def __post_init__(self):
         base = shlex.split(self.base) if isinstance(self.base, str) else self.base
@@ -167,6 +181,10 @@ class Study:
         unknown = unmatched_keys(self.published, self._combinations(), self.name)
         if unknown:
             raise _unmatched(unknown[0], self.labels())
+        self.settings = self._checked_settings(self.settings)
+        unknown = [key for key in self.settings if key not in known_keys(self._combinations(), self.name)]
+        if unknown:
+            raise _unmatched(unknown[0], self.labels(), table="settings")
         if self.configuration is not None and not isinstance(self.configuration, str):
             raise ValueError(f"configuration must be a name (a string), got {self.configuration!r}")
 
@@ -194,6 +212,32 @@ class Study:
                         from None
         return texts
 
+    @staticmethod
+    def _checked_settings(settings) -> dict[str, tuple[str, ...]]:
+        """``settings`` as ``{key: arguments}``, each list of arguments as typed (a string is split as a shell
+        would); an option the label or the study sets (:data:`SETTINGS_REFUSED`, ``--out``, ...) is refused."""
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"settings must map a label to pyrobnn train arguments, got {settings!r}")
+        checked = {}
+        for key, arguments in settings.items():
+            where = f"[settings] {key!r}"
+            if isinstance(arguments, str):
+                arguments = shlex.split(arguments)
+            if not isinstance(arguments, (list, tuple)):
+                raise ValueError(f"{where}: give a list of pyrobnn train arguments, got {arguments!r}")
+            checked[str(key)] = tuple(_text(argument, where) for argument in arguments)
+            for flag, _ in split_options(checked[str(key)]):
+                if flag in (*SETTINGS_REFUSED, "--out", "--overwrite", "--resume"):
+                    raise ValueError(f"{where} sets {flag}, which the study sets for each cell: drop it (the label "
+                                     "chooses the method, the replicate the seed and split)")
+        return checked
+
+    def settings_of(self, axes: Mapping[str, str]) -> tuple[str, ...]:
+        """The settings arguments of the label of ``axes``: those of every key that names it, shortest key first."""
+        keys = label_keys(axes) | {self._label(dict(axes))}
+        return tuple(argument for key in sorted(self.settings, key=len) if key in keys
+                     for argument in self.settings[key])
+
     def _check_base(self) -> None:
         flags = {flag for flag, _ in split_options(self.base)}
         for flag in ("--out", "--overwrite", "--resume"):
@@ -205,8 +249,12 @@ class Study:
                 raise ValueError(f"--{option} in the base arguments conflicts with --{count}: drop one")
 
     def replace(self, **changes) -> "Study":
-        """A copy with ``changes`` (checked again); new axes without new ``published`` keep the figures of the
-        labels that remain."""
+        """A copy with ``changes`` (checked again); new axes without new ``published`` (``settings``) keep the
+        figures (settings) of the labels that remain."""
+        if "vary" in changes and "settings" not in changes and self.settings:
+            kept = dataclasses.replace(self, vary=changes["vary"], published={}, settings={})._combinations()
+            known = known_keys(kept, self.name)
+            changes["settings"] = {key: value for key, value in self.settings.items() if key in known}
         if "vary" not in changes or "published" in changes or not self.published:
             return dataclasses.replace(self, **changes)
         return dataclasses.replace(self, **changes, published={})._with_published(self.published)
@@ -242,7 +290,7 @@ class Study:
     def cells(self) -> list[Cell]:
         """Every cell, each parsed and checked as its command would; a :class:`ValueError` names the first that
         fails."""
-        return [make_cell(self.base, axes, replicate, self._label(axes))
+        return [make_cell(self.base, axes, replicate, self._label(axes), self.settings_of(axes))
                 for axes in self._combinations() for replicate in self._replicates()]
 
     def resolved_baseline(self) -> str:
@@ -264,7 +312,7 @@ class Study:
         """The study as plain data (what ``study.json`` holds)."""
         return {"name": self.name, "base": list(self.base), "vary": {k: list(v) for k, v in self.vary.items()},
                 "seeds": self.seeds, "splits": self.splits, "baseline": self.baseline, "published": self.published,
-                "configuration": self.configuration}
+                "configuration": self.configuration, "settings": {k: list(v) for k, v in self.settings.items()}}
 
     @classmethod
     def from_file(cls, path: Union[str, Path], configuration: Optional[str] = None) -> "Study":
@@ -281,8 +329,9 @@ class Study:
         unknown = sorted(set(document) - set(TABLES))
         if unknown:
             raise ValueError(f"{path}: unknown table or key {', '.join(unknown)}; a study file has [study] "
-                             f"({', '.join(STUDY_KEYS)}), [vary] (option = [values]), [published] and "
-                             "[configurations.NAME] (base = [...], vary = {option = [values]})")
+                             f"({', '.join(STUDY_KEYS)}), [vary] (option = [values]), [published], [settings] "
+                             "(label = [arguments]) and [configurations.NAME] (base = [...], vary = {option = "
+                             "[values]}, settings = {label = [arguments]})")
         settings, vary = document.get("study", {}), document.get("vary", {})
         if not isinstance(settings, dict) or not isinstance(vary, dict):
             raise ValueError(f"{path}: [study] and [vary] must be tables")
@@ -305,8 +354,17 @@ class Study:
                 joined = base
                 if extra.get("base") and isinstance(base, (str, list)):
                     joined = [*(shlex.split(base) if isinstance(base, str) else base), *extra["base"]]
-                return cls(**kwargs, base=joined, vary={**_dotted(vary), **_dotted(extra.get("vary", {}))},
-                           configuration=name)
+                settings = _joined_settings(document.get("settings", {}), extra.get("settings", {}))
+                study = cls(**kwargs, base=joined, vary={**_dotted(vary), **_dotted(extra.get("vary", {}))},
+                            configuration=name, settings=settings)
+                overridden = {flag for flag, _ in split_options(study.base)}
+                for key, arguments in study.settings.items():
+                    for flag, _ in split_options(arguments):
+                        if flag in overridden:
+                            raise ValueError(f"[settings] {key!r} sets {flag}, which the base also sets "
+                                             f"{f'(configuration {name}) ' if name else ''}and would override: "
+                                             "drop one")
+                return study
 
             study = build(chosen)
             published = check_published(document.get("published", {}))
@@ -319,6 +377,23 @@ class Study:
             return study._with_published(published)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
+
+
+def _joined_settings(study: dict, configuration: dict) -> dict:
+    """A file's ``[settings]`` with a configuration's ``settings`` appended, key by key (a ``ValueError`` for
+    tables that are not ``{label: [arguments]}``)."""
+    for table in (study, configuration):
+        if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
+            raise ValueError("[settings] must map labels to lists of arguments: \"method=bbb\" = [\"--lr\", "
+                             "\"0.001\"] (quote a key that holds = or .)")
+    def listed(value):
+        return shlex.split(value) if isinstance(value, str) else value
+
+    joined = {key: listed(value) for key, value in study.items()}
+    for key, value in configuration.items():
+        before, value = joined.get(key, []), listed(value)
+        joined[key] = [*before, *value] if isinstance(before, list) and isinstance(value, list) else value
+    return joined
 
 
 def _dotted(table: dict, prefix: str = "") -> dict:
@@ -345,6 +420,8 @@ def _configurations(table) -> dict[str, dict]:
             raise ValueError(f"[configurations.{name}] base must be a list of pyrobnn train arguments")
         if not isinstance(settings.get("vary", {}), dict):
             raise ValueError(f"[configurations.{name}] vary must be a table: vary = {{option = [values]}}")
+        if not isinstance(settings.get("settings", {}), dict):
+            raise ValueError(f"[configurations.{name}] settings must be a table: settings = {{label = [arguments]}}")
     return {name: {**settings, "base": shlex.split(settings["base"]) if isinstance(settings.get("base"), str)
                    else list(settings.get("base", []))} for name, settings in table.items()}
 
