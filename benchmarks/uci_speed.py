@@ -55,7 +55,8 @@ BASE = ["--dataset", "uci-boston", "--split", "0", "--hidden", "50", "--lr", "0.
 SIZES = {"uci-boston": 455, "uci-concrete": 927, "uci-energy": 691, "uci-wine": 1439, "uci-yacht": 277}
 """Training rows of each data set's splits (90 % of its rows)."""
 
-GRID_POINTS = {"mcdropout": 12, "bbb": 3, "variational-dense": 3, "vd-additive": 3, "ensemble-5": 3, "laplace": 3}
+GRID_POINTS = {"mcdropout": 12, "bbb": 3, "variational-dense": 3, "vd-additive": 3, "ibnn-4": 3, "ensemble-5": 3,
+               "laplace": 3}
 """Grid points of ``--grid protocol`` per method: 4 dropout rates x 3 taus for MC dropout, the 3 taus otherwise."""
 
 FINAL_FITS = {"ensemble-5": 5}

@@ -216,3 +216,28 @@ def test_mcmc_reports_the_mean_acceptance_probability_that_target_accept_aims_fo
     assert 0.0 <= chain["accept_rate"] <= 1.0
     assert "mean acceptance probability per chain (target 0.9)" in printed
     assert f"{chain['mean_accept_prob']:.3f}" in printed
+
+
+def test_a_mixture_guide_whose_last_batch_cannot_split_among_its_components_is_refused_before_the_grid(
+        tmp_path, capsys, monkeypatch):
+    """``pyrobnn train --dataset uci-boston --method ibnn-4 --grid protocol`` trained its three grid points and then
+    failed: 455 rows leave a last batch of 71, not a multiple of 4 (the grid's 364 rows leave 108, which is)."""
+    from pyrobnn.cli import grid
+
+    trained = []
+    monkeypatch.setattr(grid, "fit", lambda *args, **kwargs: trained.append(1))
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", "two-moons", "--train-size", "42", "--test-size", "20", "--hidden", "8",
+            "--epochs", "1", "--method", "ibnn-4", "--batch-size", "8", "--num-samples", "4", "--out", out]
+    # 42 rows leave a last batch of 2; the grid's 33 rows leave 1
+    assert run_cli([*argv, "--grid", "lr=0.01,0.02"]) == 2
+    line = error_line(capsys)
+    assert line.startswith("error: --guide.components 4, --batch-size 8, --num-particles 2 on 42 training examples: "
+                           "batch_size (8) and the last batch (2 of 42 examples) must be multiples")
+    assert not trained and not out.exists()
+    # 44 rows leave a last batch of 4, which splits; the grid's 35 rows leave 3
+    assert run_cli([*argv[:-2], "--train-size", "44", "--grid", "lr=0.01,0.02", "--out", out]) == 2
+    assert "on the --grid points' 35 training examples: batch_size (8) and the last batch (3 of 35" in \
+        error_line(capsys)
+    assert not trained and not out.exists()
+    assert run_cli([*argv, "--num-particles", "4", "--grid", "lr=0.01"]) == 0

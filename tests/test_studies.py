@@ -336,3 +336,20 @@ def test_a_study_file_joins_its_settings_with_its_configurations_and_refuses_one
     with pytest.raises(ValueError, match="'normal' sets --lr, which the base also sets .configuration gpu. and would "
                                          "override: drop one"):
         Study.from_file(clash)
+
+
+def test_a_settings_key_may_name_a_label_of_another_configuration_only(tmp_path):
+    path = write_study_file(tmp_path / "toy.toml", **{"[published]": '[settings]\n"guide=dropout" = '
+                                                      '["--guide.rate", "0.2"]\n\n[published]',
+                                                      '"--lr", "0.01"]': '"--lr", "0.01"]\nvary = { guide = '
+                                                      '["normal"] }'})
+    assert Study.from_file(path, "cpu").settings == {} and Study.from_file(path, "cpu").labels() == ["normal"]
+    assert Study.from_file(path, "gpu").settings == {"guide=dropout": ("--guide.rate", "0.2")}
+    unknown = write_study_file(tmp_path / "unknown.toml", **{"[published]": '[settings]\n"guide=point" = '
+                                                             '["--lr", "0.2"]\n\n[published]'})
+    with pytest.raises(ValueError, match="'guide=point': names no label of this study"):
+        Study.from_file(unknown)
+    own = write_study_file(tmp_path / "own.toml", **{'"--lr", "0.01"]': '"--lr", "0.01"]\nvary = { guide = '
+                                                     '["normal"] }\nsettings = { dropout = ["--guide.rate", "0.2"] }'})
+    with pytest.raises(ValueError, match=r"\[settings\] 'dropout': names no label .*'normal' \(configuration cpu\)"):
+        Study.from_file(own)

@@ -33,7 +33,10 @@ from pyrobnn.cli.options import (
     site_rates,
 )
 from pyrobnn.data import uci_protocol
+from pyrobnn.data.splits import HOLDOUT_FRACTION
 from pyrobnn.guides import GUIDES
+from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
 from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer, split_parameters
 from pyrobnn.infer.schedules import SCHEDULES
@@ -44,7 +47,8 @@ from pyrobnn.model.priors import PRIORS
 from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
-           "GuideRateOptim", "load_pretrained", "check_run", "check_posterior", "check_mcmc", "noise_grid"]
+           "GuideRateOptim", "load_pretrained", "check_run", "check_batches", "check_posterior", "check_mcmc",
+           "noise_grid"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -227,6 +231,23 @@ def check_run(cfg: RunConfig) -> None:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
                              f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
+
+
+def check_batches(cfg: RunConfig, num_examples: int) -> None:
+    """Before any training: the batches of a mixture-node guide split evenly among its components on the
+    ``num_examples`` training rows, and with ``--grid`` on the 80 % that its points train on
+    (:func:`~pyrobnn.handlers.node_draws.check_components`); a :class:`ValueError` naming the options otherwise."""
+    if cfg.guide.name != "mixture-node" or not ESTIMATORS[cfg.optim.estimator].stochastic:
+        return
+    sizes = [num_examples] + ([int((1 - HOLDOUT_FRACTION) * num_examples)] if cfg.optim.grid else [])
+    for n in sizes:
+        try:
+            check_components(cfg.guide.components, cfg.optim.batch_size, cfg.optim.num_particles, n)
+        except ValueError as error:
+            where = "the --grid points' " if n != num_examples else ""
+            raise ValueError(f"--guide.components {cfg.guide.components}, --batch-size {cfg.optim.batch_size}, "
+                             f"--num-particles {cfg.optim.num_particles} on {where}{n} training examples: {error}"
+                             ) from None
 
 
 def check_posterior(cfg: RunConfig) -> None:

@@ -9,7 +9,7 @@ import pyro
 from pyrobnn.analysis.evaluate import Validation
 from pyrobnn.analysis.prune import principled_masks, record_sparsity
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.cli.build import beta_schedule, build, check_run
+from pyrobnn.cli.build import beta_schedule, build, check_batches, check_run
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
 from pyrobnn.cli.posteriors import empirical_posterior, trainer
@@ -66,6 +66,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         resumed = load_checkpoint(checkpoint)
         check_resume(cfg, checkpoint, resumed)
     data = load_data(cfg)
+    check_batches(cfg, len(data.x_train))
     cfg, selection = select_hyperparameters(cfg, data)  # --grid: chosen on the training set's 80/20 split
     schedule = beta_schedule(cfg)
     ood = load_ood(cfg.output.ood_dataset, cfg, data) if cfg.output.ood_dataset is not None else None

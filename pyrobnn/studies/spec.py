@@ -356,7 +356,13 @@ class Study:
                     joined = [*(shlex.split(base) if isinstance(base, str) else base), *extra["base"]]
                 settings = _joined_settings(document.get("settings", {}), extra.get("settings", {}))
                 study = cls(**kwargs, base=joined, vary={**_dotted(vary), **_dotted(extra.get("vary", {}))},
-                            configuration=name, settings=settings)
+                            configuration=name)
+                known = known_keys(study._combinations(), study.name)
+                own = [key for key in extra.get("settings", {}) if key not in known]
+                if own:
+                    raise _unmatched(own[0], study.labels(), f" (configuration {name})", table="settings")
+                # the study's [settings] keys that name a label of this configuration (others: of another one)
+                study = dataclasses.replace(study, settings={k: v for k, v in settings.items() if k in known})
                 overridden = {flag for flag, _ in split_options(study.base)}
                 for key, arguments in study.settings.items():
                     for flag, _ in split_options(arguments):
@@ -370,10 +376,13 @@ class Study:
             published = check_published(document.get("published", {}))
             combinations = [axes for other in [study, *(build(name) for name in configurations if name != chosen)]
                             for axes in other._combinations()]
+            more = " (and those of its other configurations)" if len(configurations) > 1 else ""
             unknown = unmatched_keys(published, combinations, study.name)
             if unknown:
-                raise _unmatched(unknown[0], study.labels(),
-                                 " (and those of its other configurations)" if len(configurations) > 1 else "")
+                raise _unmatched(unknown[0], study.labels(), more)
+            unknown = [key for key in document.get("settings", {}) if key not in known_keys(combinations, study.name)]
+            if unknown:
+                raise _unmatched(unknown[0], study.labels(), more, table="settings")
             return study._with_published(published)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
