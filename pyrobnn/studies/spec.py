@@ -395,6 +395,7 @@ def _joined_settings(study: dict, configuration: dict) -> dict:
         if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
             raise ValueError("[settings] must map labels to lists of arguments: \"method=bbb\" = [\"--lr\", "
                              "\"0.001\"] (quote a key that holds = or .)")
+
     def listed(value):
         return shlex.split(value) if isinstance(value, str) else value
 
