@@ -15,6 +15,7 @@ from PIL import Image
 
 from pyrobnn import data as D
 from pyrobnn.data import DATASETS, cache_dir, cubic, data_root, images, load_dataset, sinusoid, sources, two_moons
+from pyrobnn.data.splits import holdout
 
 SHARED = Path(os.environ.get("PYROBNN_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 needs_mnist = pytest.mark.skipif(
@@ -447,3 +448,17 @@ def test_cifar10_torchvision_batches_preferred(tmp_path, monkeypatch):
     first = pickle.loads((batches / "data_batch_1").read_bytes())["data"][0].reshape(3, 32, 32)
     assert torch.equal((d.x_train[0] * 255).round().to(torch.uint8), torch.from_numpy(first))
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("name", [pytest.param("mnist", marks=needs_mnist),
+                                  pytest.param("fashion-mnist", marks=needs_fashion), "two-moons"])
+def test_the_held_out_rows_of_a_grid_hold_every_class_in_proportion(name):
+    """``--grid`` scores its points on the last 20 % of the training rows (``splits.holdout``): a loader that keeps
+    its source's class order (IMDB's CSV, an image folder) would hold out one class only."""
+    for train_size in (None, 3000):
+        d = load_dataset(name, SHARED, train_size=train_size, download=False)
+        _, y_fit, _, y_held = holdout(d.x_train, d.y_train)
+        classes = d.y_train.unique()
+        fit_share = torch.stack([(y_fit == c).float().mean() for c in classes])
+        held_share = torch.stack([(y_held == c).float().mean() for c in classes])
+        assert (held_share > 0.5 * fit_share).all() and (held_share < 2 * fit_share).all(), (name, held_share)
