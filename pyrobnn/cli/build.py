@@ -33,7 +33,7 @@ from pyrobnn.cli.options import (
     site_rates,
 )
 from pyrobnn.data import uci_protocol
-from pyrobnn.data.splits import HOLDOUT_FRACTION
+from pyrobnn.data.splits import holdout_size
 from pyrobnn.guides import GUIDES
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
@@ -239,7 +239,7 @@ def check_batches(cfg: RunConfig, num_examples: int) -> None:
     (:func:`~pyrobnn.handlers.node_draws.check_components`); a :class:`ValueError` naming the options otherwise."""
     if cfg.guide.name != "mixture-node" or not ESTIMATORS[cfg.optim.estimator].stochastic:
         return
-    sizes = [num_examples] + ([int((1 - HOLDOUT_FRACTION) * num_examples)] if cfg.optim.grid else [])
+    sizes = [num_examples] + ([holdout_size(num_examples)] if cfg.optim.grid else [])
     for n in sizes:
         try:
             check_components(cfg.guide.components, cfg.optim.batch_size, cfg.optim.num_particles, n)

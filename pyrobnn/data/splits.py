@@ -51,11 +51,16 @@ HOLDOUT_FRACTION = 0.2
 """The share of a training set held out to choose hyper-parameters (the UCI protocol's 80/20 split)."""
 
 
+def holdout_size(num_examples: int, fraction: float = HOLDOUT_FRACTION) -> int:
+    """The rows :func:`holdout` keeps to fit out of ``num_examples``: ``int((1 - fraction) N)``."""
+    return int((1 - fraction) * num_examples)
+
+
 def holdout(x: torch.Tensor, y: torch.Tensor, fraction: float = HOLDOUT_FRACTION
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(x_fit, y_fit, x_held, y_held)``: the first ``int((1 - fraction) N)`` rows to fit, the rest held out
+    """``(x_fit, y_fit, x_held, y_held)``: the first :func:`holdout_size` rows to fit, the rest held out
     (the order of Gal's UCI ``experiment.py``: the rows are already in random order)."""
-    keep = int((1 - fraction) * len(x))
+    keep = holdout_size(len(x), fraction)
     if not 0 < keep < len(x):
         raise ValueError(f"holding out {fraction:g} of {len(x)} examples leaves {keep} to fit and {len(x) - keep} "
                          "held out: both need at least one")

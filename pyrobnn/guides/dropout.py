@@ -52,7 +52,7 @@ class DropoutGuide(PointGuide):
             self.rates = {"*": _check_rate("rate", rate)}
         super().__init__(model, init_loc, name=name)
         unmatched = [p for p in self.rates if not fnmatch.filter(self.site_names, p)]
-        if unmatched and isinstance(rate, Mapping):
+        if unmatched and isinstance(rate, Mapping):  # the "*" of a single rate matches no site of a model without any
             raise ValueError(f"rate: the pattern {unmatched[0]!r} matches no site of the model; its sites are "
                              f"{', '.join(self.site_names)}")
         self._warned = False

@@ -86,8 +86,11 @@ CONFIGURATION_KEYS = ("base", "vary", "settings")
 """The keys of a study file's ``[configurations.NAME]`` tables: base arguments appended to the study's, axes
 added to (or replacing) its ``[vary]``, and labels' settings appended to its ``[settings]``."""
 
-SETTINGS_REFUSED = ("--method", "--seed", "--split")
-"""Options a label's settings may not set: the label and the replicate choose them."""
+STUDY_OWNED = ("--out", "--overwrite", "--resume")
+"""Options the study sets for every cell, refused in its base and in a label's settings."""
+
+SETTINGS_REFUSED = ("--method", "--seed", "--split", *STUDY_OWNED)
+"""Options a label's settings may not set: the label, the replicate and the study choose them."""
 
 DEFAULT_CONFIGURATION = "cpu"
 """The configuration a file with ``[configurations]`` runs when neither the command line nor
@@ -182,7 +185,8 @@ class Study:
         if unknown:
             raise _unmatched(unknown[0], self.labels())
         self.settings = self._checked_settings(self.settings)
-        unknown = [key for key in self.settings if key not in known_keys(self._combinations(), self.name)]
+        known = known_keys(self._combinations(), self.name)
+        unknown = [key for key in self.settings if key not in known]
         if unknown:
             raise _unmatched(unknown[0], self.labels(), table="settings")
         if self.configuration is not None and not isinstance(self.configuration, str):
@@ -215,7 +219,7 @@ class Study:
     @staticmethod
     def _checked_settings(settings) -> dict[str, tuple[str, ...]]:
         """``settings`` as ``{key: arguments}``, each list of arguments as typed (a string is split as a shell
-        would); an option the label or the study sets (:data:`SETTINGS_REFUSED`, ``--out``, ...) is refused."""
+        would); an option the label or the study sets (:data:`SETTINGS_REFUSED`) is refused."""
         if not isinstance(settings, Mapping):
             raise ValueError(f"settings must map a label to pyrobnn train arguments, got {settings!r}")
         checked = {}
@@ -227,7 +231,7 @@ class Study:
                 raise ValueError(f"{where}: give a list of pyrobnn train arguments, got {arguments!r}")
             checked[str(key)] = tuple(_text(argument, where) for argument in arguments)
             for flag, _ in split_options(checked[str(key)]):
-                if flag in (*SETTINGS_REFUSED, "--out", "--overwrite", "--resume"):
+                if flag in SETTINGS_REFUSED:
                     raise ValueError(f"{where} sets {flag}, which the study sets for each cell: drop it (the label "
                                      "chooses the method, the replicate the seed and split)")
         return checked
@@ -240,7 +244,7 @@ class Study:
 
     def _check_base(self) -> None:
         flags = {flag for flag, _ in split_options(self.base)}
-        for flag in ("--out", "--overwrite", "--resume"):
+        for flag in STUDY_OWNED:
             if flag in flags:
                 raise ValueError(f"{flag} in the base arguments: the study sets it for every cell (each is written to "
                                  "<study>/cells/<key>); give the study's own --out instead")
@@ -380,7 +384,8 @@ class Study:
             unknown = unmatched_keys(published, combinations, study.name)
             if unknown:
                 raise _unmatched(unknown[0], study.labels(), more)
-            unknown = [key for key in document.get("settings", {}) if key not in known_keys(combinations, study.name)]
+            known = known_keys(combinations, study.name)
+            unknown = [key for key in document.get("settings", {}) if key not in known]
             if unknown:
                 raise _unmatched(unknown[0], study.labels(), more, table="settings")
             return study._with_published(published)
