@@ -32,35 +32,46 @@ def _data():
     return x, x[:, :1].sin() + 0.1 * torch.randn(70, 1, generator=generator)
 
 
-def _steps(guide, estimator, compile, num_particles=1, prior=None, steps=3):
-    """Terms and gradients of ``steps`` steps at learning rate 0 (nothing moves, every step draws anew)."""
+def _steps(guide, estimator, compile, num_particles=1, prior=None, steps=3, validation=True):
+    """Terms and gradients of ``steps`` steps at learning rate 0 (nothing moves, every step draws anew), and the
+    step's recorder (None for the eager step)."""
     model, guide = _regression(guide, prior)
     x, y = _data()
     optim = torch.optim.SGD([*guide.parameters(), *model.parameters()], lr=0.0)
     pyro.set_rng_seed(3)
     out = []
-    for _ in range(steps):
-        terms = svi_step(model, guide, optim, x[:32], y[:32], estimator=estimator, num_particles=num_particles,
-                         compile=compile)
-        out.append((terms, {name: p.grad.clone() for name, p in guide.named_parameters()}))
-    return out
+    with pyro.validation_enabled(validation):
+        for _ in range(steps):
+            terms = svi_step(model, guide, optim, x[:32], y[:32], estimator=estimator, num_particles=num_particles,
+                             compile=compile)
+            out.append((terms, {name: p.grad.clone() for name, p in guide.named_parameters()}))
+    return out, svi_module._COMPILED[guide][compile, estimator] if compile else None
 
 
+@pytest.mark.parametrize("validation", [False, True], ids=["gradients-recorded", "terms-recorded"])
 @pytest.mark.parametrize("guide,estimator,num_particles,prior", [
     ("dropout", "local", 1, None), ("normal", "sample", 5, ScaleMixturePrior()), ("normal", "local", 1, None),
-    ("normal", "flipout", 2, None)])
-def test_the_traced_step_has_the_eager_losses_gradients_and_draws(guide, estimator, num_particles, prior):
-    eager = _steps(guide, estimator, False, num_particles, prior)
+    ("normal", "flipout", 2, None), ("normal", "vdp", 1, None)])
+def test_the_traced_step_has_the_eager_losses_gradients_and_draws(guide, estimator, num_particles, prior,
+                                                                   validation):
+    # without validation the backward pass is recorded too; with it (values read to check arguments) the terms are
+    # recorded alone and differentiated by autograd
+    eager, _ = _steps(guide, estimator, False, num_particles, prior, validation=validation)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no fallback to eager steps
-        traced = _steps(guide, estimator, TRACE, num_particles, prior)
+        traced, recorder = _steps(guide, estimator, TRACE, num_particles, prior, validation=validation)
+    if validation:
+        assert not recorder.graphs and recorder.fallback.graphs and recorder.failed is not None
+    else:  # one recording: where the first one moved the parameters (into one flat storage) it is made again
+        assert len(recorder.graphs) == 1 and not recorder.fallback.graphs, recorder.failed
     for (a, grads_a), (b, grads_b) in zip(eager, traced):
         for u, v in zip(a, b):
             torch.testing.assert_close(torch.as_tensor(u), torch.as_tensor(v), rtol=1e-6, atol=1e-6)
         assert grads_a.keys() == grads_b.keys()
         for name in grads_a:
             torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=1e-6)
-    assert eager[0][0].loss != eager[1][0].loss  # each step draws anew, in the replay too
+    if estimator != "vdp":  # (VDP++ propagates moments: it draws nothing)
+        assert eager[0][0].loss != eager[1][0].loss  # each step draws anew, in the replay too
 
 
 def _fit(compile, beta=None, epochs=6):
@@ -104,7 +115,7 @@ def test_a_beta_that_changes_every_step_is_an_input_of_one_recording(monkeypatch
 
 
 def test_a_model_that_cannot_be_traced_trains_eagerly_after_one_warning(monkeypatch):
-    eager = _steps("dropout", "local", False)
+    eager, _ = _steps("dropout", "local", False)
 
     def failing(*args, **kwargs):
         raise RuntimeError("this model cannot be traced")
@@ -112,7 +123,7 @@ def test_a_model_that_cannot_be_traced_trains_eagerly_after_one_warning(monkeypa
     monkeypatch.setattr(svi_module.torch.jit, "trace", failing)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fallen = _steps("dropout", "local", TRACE)
+        fallen, _ = _steps("dropout", "local", TRACE)
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1 and "cannot be traced" in messages[0] and "eagerly" in messages[0], messages
     for (a, _), (b, _) in zip(eager, fallen):

@@ -352,8 +352,9 @@ class OptimOptions:
     ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
      "propagation, deterministic (Dera et al. 2019).")
     compile: Annotated[_choices(COMPILE_MODES), _flat()] = "none"
-    ("How each step's loss and gradient run: none (eagerly), trace (recorded once per batch shape by torch.jit.trace "
-     "and replayed: the eager numbers without the per-step Python, for small networks) or inductor (torch.compile); "
+    ("How each step's loss and gradient run: none (eagerly), or recorded once per batch shape as one graph and "
+     "replayed: trace (as recorded: the eager numbers without the per-step Python and autograd, for small networks) "
+     "or inductor (compiled by torch.compile, which fuses the elementwise work of large layers; seconds to compile); "
      "a model that cannot compile trains eagerly after one warning. --grid points always train traced.")
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
     seed: Annotated[int, _flat()] = _default(fit, "seed")

@@ -62,8 +62,8 @@ def _documented(messenger: type) -> Callable:
 
 
 @_documented(KLAnnealingMessenger)
-def kl_annealing(fn: Optional[Callable] = None, beta: Union[float, torch.Tensor] = 1.0):
-    return _apply(KLAnnealingMessenger(beta), fn)
+def kl_annealing(fn: Optional[Callable] = None, beta: Union[float, torch.Tensor] = 1.0, *, validate: bool = True):
+    return _apply(KLAnnealingMessenger(beta, validate=validate), fn)
 
 
 @_documented(WeightSamplingMessenger)

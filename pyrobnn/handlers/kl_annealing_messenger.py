@@ -21,10 +21,11 @@ class KLAnnealingMessenger(Messenger):
     Unlike ``poutine.scale``, β = 0 is allowed (KL switched off).
     """
 
-    def __init__(self, beta: Union[float, torch.Tensor] = 1.0):
-        # a number is checked on the host; a tensor costs one device-to-host read
-        valid = beta >= 0 if isinstance(beta, (int, float)) else bool((torch.as_tensor(beta) >= 0).all())
-        if not valid:
+    def __init__(self, beta: Union[float, torch.Tensor] = 1.0, *, validate: bool = True):
+        # a number is checked on the host; a tensor costs one device-to-host read. validate=False: the caller
+        # checked it (a recorded graph's input, whose value cannot be read while the graph is recorded)
+        if validate and not (beta >= 0 if isinstance(beta, (int, float))
+                             else bool((torch.as_tensor(beta) >= 0).all())):
             raise ValueError(f"beta (KL weight) must be >= 0, got {beta!r}")
         super().__init__()
         self.beta = beta

@@ -34,9 +34,10 @@ from typing import Callable, Optional, Sequence
 import pyro
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from pyrobnn.checks import check_labels, choice, nonnegative_int, positive_int
+from pyrobnn.checks import check_labels, choice, nonnegative, nonnegative_int, positive_int
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.handlers import ESTIMATORS, kl_annealing
 from pyrobnn.handlers import estimator as estimator_handler
@@ -104,19 +105,22 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     uses a Bayesian parameter outside a Linear/Conv layer. An explicit ``elbo`` draws its own
     particles (its ``num_particles``), so it is refused together with ``num_particles > 1``.
     ``precision="bf16"`` runs the network under ``torch.autocast`` (see :data:`PRECISIONS`).
-    ``compile`` (True, or the name of a ``torch.compile`` backend) computes the loss and its gradient by
-    ``torch.compile`` (:func:`compiled_terms`); ``compile="trace"`` records the step's operations once per batch
-    shape and replays them (:data:`TRACE`: the eager numbers without the per-step Python). The update is
-    skipped (and the terms returned) when the loss is not finite.
+    ``compile`` records the loss terms and their gradient once per batch shape as one graph of ATen operations and
+    replays it (:class:`_RecordedStep`): ``"trace"`` (:data:`TRACE`) replays it as recorded (the eager numbers
+    without the per-step Python), True or the name of a ``torch.compile`` backend compiles it (one graph, no
+    breaks at Pyro's sites). The returned terms are then not differentiable (the gradient is already taken). The
+    update is skipped (and the terms returned) when the loss is not finite.
     """
     check_objective(estimator, num_particles, elbo)
-    terms_of = _terms
-    if compile:  # one compiled function per guide, backend and estimator: a fallback concerns that model only
-        terms_of = _COMPILED.setdefault(guide, {}).get((compile, estimator))
-        if terms_of is None:
-            terms_of = _COMPILED[guide][compile, estimator] = compiled_terms(compile)
-    terms = terms_of(model, guide, x, y, elbo, beta, estimator, num_particles, precision)
-    _update(optim, terms.loss)
+    args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
+    if compile:  # one recorder per guide, backend and estimator: a fallback concerns that model only
+        step = _COMPILED.setdefault(guide, {}).get((compile, estimator))
+        if step is None:
+            step = _COMPILED[guide][compile, estimator] = _RecordedStep(compile)
+        terms, gradients = step(*args)
+    else:
+        terms, gradients = _terms(*args), None
+    _update(optim, terms.loss, gradients)
     return terms
 
 
@@ -191,15 +195,10 @@ class _Traced:
 
     def __call__(self, model, guide, x, y, elbo, beta, estimator, num_particles, precision):
         args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
-        params = self.parameters.get((id(model), id(guide)))
-        if params is None:
-            params = self.parameters[id(model), id(guide)] = trained_parameters(model, guide)
-        key = (x.shape, x.dtype, x.device, y.shape, y.dtype, model.training, model.num_data,
-               tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
+        key, inputs = _recording_key(self.parameters, *args)
         graph = self.graphs.get(key)
         if graph is None and (self.failed is not None or len(self.graphs) >= MAX_TRACES):
             return _terms(*args)
-        inputs = (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
         if graph is None:
             graph = self.graphs[key] = self._record(args, inputs)
             if graph is None:
@@ -219,9 +218,7 @@ class _Traced:
 
         state = rng_state()
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shapes read as Python values
-                warnings.filterwarnings("ignore", "`torch.jit.trace` is deprecated", FutureWarning)
+            with _quiet_tracing():
                 return torch.jit.trace(step, inputs, check_trace=False)
         except (ParticlesUnsupported, torch.OutOfMemoryError):
             raise
@@ -235,39 +232,182 @@ class _Traced:
             set_rng_state(state)
 
 
-def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows=None):
+def _recording_key(parameters: dict, model, guide, x, y, elbo, beta, estimator, num_particles, precision):
+    """What a recorded step depends on beyond its inputs, and its inputs: x, y, β as a tensor and the trained
+    parameters (cached in ``parameters`` by model and guide)."""
+    params = parameters.get((id(model), id(guide)))
+    if params is None:
+        params = parameters[id(model), id(guide)] = trained_parameters(model, guide)
+    key = (x.shape, x.dtype, x.device, y.shape, y.dtype, model.training, model.num_data,
+           tuple(p.data_ptr() for p in params), id(elbo), estimator, num_particles, precision)
+    return key, (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
+
+
+@contextlib.contextmanager
+def _quiet_tracing():
+    """Warnings of a recording that say nothing about the model: shapes read as Python values, deprecations."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", "`torch.jit.trace(_method)?` is deprecated", FutureWarning)
+        yield
+
+
+class _RecordedStep:
+    r"""The step of :func:`svi_step` with ``compile``: the loss terms *and* the gradient of the loss with respect to
+    every trained parameter, recorded as one graph of ATen operations and replayed, so that a step runs neither
+    Pyro's effect handlers nor the model's Python nor autograd's bookkeeping.
+
+    The recording is :func:`torch.fx.experimental.proxy_tensor.make_fx` of the eager terms followed by
+    ``torch.autograd.grad`` (it traces through autograd, the estimators' tensor subclasses and custom autograd
+    functions alike), once per batch shape and whatever else :class:`_Traced` keys its graphs on. The graph is
+    then replayed
+
+    - ``compile=TRACE``: as a TorchScript recording of it (:func:`torch.jit.trace`), without autograd: the eager
+      step's operations and random draws, so a seed gives the eager numbers;
+    - ``compile=True`` or a backend's name: compiled by ``torch.compile`` as one graph, with no graph breaks at
+      Pyro's sites (inductor fuses the elementwise work over all weights, and draws its random numbers with its own
+      generator, seeded from torch's).
+
+    Where the gradient cannot be recorded (a model whose Python reads a tensor's value, e.g. Pyro's argument
+    validation), the step falls back to :func:`compiled_terms` (the terms alone, differentiated by autograd); where
+    the backend cannot compile the graph, it warns once and trains eagerly."""
+
+    def __init__(self, backend: bool | str):
+        self.backend = backend
+        self.fallback = compiled_terms(backend)
+        self.graphs: dict = {}
+        self.parameters: dict = {}
+        self.failed: Exception | None = None  # why the gradient is not recorded (the fallback runs)
+
+    def __call__(self, model, guide, x, y, elbo, beta, estimator, num_particles, precision):
+        """``(terms, [(parameter, gradient), ...])``; ``(differentiable terms, None)`` from the fallback."""
+        args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
+        if self.failed is not None:
+            return self.fallback(*args), None
+        nonnegative("beta (KL weight)", beta)  # the graph's β is a tensor input, never read while recording
+        key, inputs = _recording_key(self.parameters, *args)
+        recorded = self.graphs.get(key)
+        if recorded is None:
+            if len(self.graphs) >= MAX_TRACES:
+                return _terms(*args), None
+            recorded = self._record(args, inputs)
+            settled, inputs = _recording_key(self.parameters, *args)
+            if recorded is not None and settled != key:  # the first call moved the parameters (a NormalGuide packs
+                key, recorded = settled, self._record(args, inputs)  # them into one storage): record them there
+            if recorded is None:
+                return self.fallback(*args), None
+            self.graphs[key] = recorded
+        replay, trained = recorded
+        try:
+            with torch.no_grad():
+                loss, nll, kl, *gradients = replay(*inputs)
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # the backend cannot compile the graph (compiling happens at its first call)
+            if self.backend == TRACE:
+                raise
+            self.failed, self.fallback = error, _terms
+            warnings.warn(f"torch.compile (backend {self.backend!r}) failed on this model, training eagerly "
+                          f"instead: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
+                          RuntimeWarning, stacklevel=3)
+            return _terms(*args), None
+        params = inputs[3:]
+        return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(trained, gradients)]
+
+    def _record(self, args, inputs):
+        """``(replay, trained)``: the replay of the graph of the step's terms and of the loss's gradient with
+        respect to the parameters ``inputs[3:][i]`` for ``i`` in ``trained`` (those that require and receive a
+        gradient), or None where it cannot be recorded (:attr:`failed` says why)."""
+        model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
+        rows, params = x.shape[0], inputs[3:]
+        wrt = [i for i, p in enumerate(params) if p.requires_grad]
+        trained = []
+
+        def step(x, y, beta, *params):  # the modules' parameters are these very tensors, so make_fx follows them
+            terms = _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows,
+                           validate_beta=False)
+            gradients = torch.autograd.grad(terms.loss, [params[i] for i in wrt], allow_unused=True)
+            trained[:] = [i for i, gradient in zip(wrt, gradients) if gradient is not None]
+            return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(),
+                    *(gradient for gradient in gradients if gradient is not None))
+
+        state = rng_state()
+        try:
+            with _quiet_tracing(), _shared_metadata_mode():
+                graph = make_fx(step)(*inputs)
+            set_rng_state(state)
+            if self.backend == TRACE:
+                with _quiet_tracing(), torch.no_grad():
+                    traced = torch.jit.trace(graph, inputs, check_trace=False)
+
+                def replay(*inputs):
+                    with torch.jit.optimized_execution(False):
+                        return traced(*inputs)
+            else:
+                inductor = self.backend in (True, "inductor")
+                replay = torch.compile(graph, backend="inductor" if inductor else self.backend, dynamic=False,
+                                       options={"fallback_random": True} if inductor else None)
+            return replay, tuple(trained)
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # the fallback records the terms alone (and raises an error of the model)
+            self.failed = error
+            return None
+        finally:
+            set_rng_state(state)
+
+
+def _shared_metadata_mode():
+    """One fake-tensor mode for the metadata of every node ``make_fx`` records: without one it builds a mode per
+    recorded operation, each capturing a Python stack (most of a recording's time)."""
+    try:
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+    except ImportError:  # another torch: the per-node modes
+        return contextlib.nullcontext()
+    return tracing(TracingContext(FakeTensorMode(allow_fallback_kernels=True)))
+
+
+def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows=None, validate_beta=True):
     """The step's :class:`ELBOTerms`; ``rows``: the batch size as a Python int (``x.shape[0]``, which a trace
-    records as a tensor)."""
+    records as a tensor); ``validate_beta=False``: β was checked by the caller (a graph's input)."""
     elbo = elbo if elbo is not None else MeanFieldELBO()
     arithmetic = _precision(precision, x.device)
     rows = x.shape[0] if rows is None else rows
     try:
-        with arithmetic, kl_annealing(beta=beta), \
+        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), \
                 estimator_handler(estimator, num_particles, rows) as handler, \
                 mismatched_rows_unsupported(handler.particles):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
-        with arithmetic, kl_annealing(beta=beta), estimator_handler(estimator, 1, rows):
+        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), estimator_handler(estimator, 1, rows):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     return terms
 
 
-def _update(optim: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    """``optim`` steps on ``loss``'s gradient, unless the loss is not finite. A fused optimiser (as
-    :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told so on the device (``found_inf``, as
-    ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation; another reads the loss."""
-    if getattr(optim, "_step_supports_amp_scaling", False):
-        optim.zero_grad(set_to_none=True)
+def _update(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> None:
+    """``optim`` steps on ``loss``'s gradient, unless the loss is not finite; ``gradients``
+    (``[(parameter, gradient), ...]``, from a recorded step) are that gradient, already computed (parameters not
+    listed get none). A fused optimiser (as :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told so on the
+    device (``found_inf``, as ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation;
+    another reads the loss."""
+    fused = getattr(optim, "_step_supports_amp_scaling", False)
+    if not fused and not torch.isfinite(loss):
+        return
+    optim.zero_grad(set_to_none=True)
+    if gradients is None:
         loss.backward()
-        optim.found_inf = torch.isnan(loss.detach() * 0).float()  # inf * 0 and nan * 0 are nan
-        try:
-            optim.step()
-        finally:
-            del optim.found_inf
-    elif torch.isfinite(loss):
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
+    else:
+        for parameter, gradient in gradients:
+            parameter.grad = gradient
+    if not fused:
         optim.step()
+        return
+    optim.found_inf = torch.isnan(loss.detach() * 0).float()  # inf * 0 and nan * 0 are nan
+    try:
+        optim.step()
+    finally:
+        del optim.found_inf
 
 
 def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, transform=None) -> None:
@@ -329,10 +469,11 @@ def fit(
     :param transform: applied to every training batch on the device (augmentation, uint8 to float:
         :class:`pyrobnn.data.augment.ImageAugment`).
     :param precision: ``"fp32"`` or ``"bf16"`` (the network under ``torch.autocast``; KL and log-likelihood in fp32).
-    :param compile: compute each step's loss and gradient under ``torch.compile`` (True, or a backend's name;
-        :func:`compiled_terms`), falling back to eager steps with one warning where the model cannot compile;
-        ``"trace"``: record the step's operations once per batch shape and replay them (:data:`TRACE`), the eager
-        step's numbers without its per-step Python, for small networks whose steps that Python dominates.
+    :param compile: record each step's loss and gradient once per batch shape as one graph and replay it
+        (:class:`_RecordedStep`): ``"trace"`` replays the recording (:data:`TRACE`), the eager step's numbers
+        without its per-step Python, for small networks whose steps that Python dominates; True (inductor) or a
+        backend's name compiles it with ``torch.compile``, falling back to eager steps with one warning where the
+        backend cannot compile it.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
     :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).

@@ -121,7 +121,9 @@ class MomentCategorical(dist.TorchDistribution):
         super().__init__(mean.shape[:-1], validate_args=validate_args)
 
     def log_prob(self, value):
-        onehot = F.one_hot(value.long(), self.probs_mean.shape[-1]).to(self.probs_mean.dtype)
+        # one-hot by comparison: F.one_hot reads the labels' range (a host read a recorded step cannot make)
+        classes = torch.arange(self.probs_mean.shape[-1], device=value.device)
+        onehot = (value.long().unsqueeze(-1) == classes).to(self.probs_mean.dtype)
         return -0.5 * (self.probs_var.log() + (onehot - self.probs_mean).square() / self.probs_var).sum(-1)
 
 
