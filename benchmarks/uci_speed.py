@@ -13,14 +13,15 @@ predictive samples (studies/uci_quick.toml):
   masks, Adam), no Pyro;
 - ``fit_us_per_step``: :func:`~pyrobnn.infer.svi.fit` alone on a grid point's 80 % (364 rows, 3 steps an epoch),
   per method, with the eager step (``eager``) and the traced one (``trace``, ``compile="trace"``: what the grid's
-  points and, with the study files' ``--compile trace``, the final fit run), side by side.
+  points and, with the study files' ``--compile trace``, the final fit run), side by side: ``[us per step once
+  running (the median epoch), seconds of the first epoch beyond that (the traced step's recordings)]``.
 
 Each run's training time per optimiser step (``us_per_step``, from the per-epoch times ``fit`` records) and its
 wall time are reported; the study estimates multiply the steps a study takes (``epochs x (G x steps of 80 % + steps
 of the split)`` per cell, for each data set's size) by the measured traced time per step (and, for comparison, the
-eager one), and add the per-cell time outside the steps (prediction of every grid point and of the test split,
-data, recording the traces, checkpoints) as measured on the Boston grid cell. Cells run on ``--workers`` cores at
-once.
+eager one), add each training's first-epoch cost, and add the per-cell time outside the trainings (prediction of
+every grid point and of the test split, data, checkpoints) as measured on the Boston grid cell. Cells run on
+``--workers`` cores at once.
 
     python benchmarks/uci_speed.py [--epochs 400] [--threads 1] [--workers 2]
 
@@ -34,6 +35,7 @@ import contextlib
 import io
 import json
 import math
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -99,28 +101,32 @@ def torch_step_us(repeats: int = 300) -> float:
     return 1e6 * (time.perf_counter() - tick) / repeats
 
 
-def fit_us_per_step(method: str, compile, epochs: int) -> float:
-    """Microseconds per step of ``fit`` on a Boston grid point (the 80 % of split 0) at the method's settings."""
+def fit_cost(method: str, compile, epochs: int) -> tuple[float, float]:
+    """``fit`` on a Boston grid point (the 80 % of split 0) at the method's settings: microseconds per step once
+    running (the median epoch), and the seconds the first epoch takes beyond that (a traced step's recordings)."""
     cfg = _parse(expand_method(["train", *BASE, "--method", method, "--epochs", str(epochs), "--out", "unused"]))
     held = load_data(cfg, validation=True)
     pyro.set_rng_seed(0)
     model, guide = build(cfg, held)
-    tick = time.perf_counter()
-    fit(model, guide, held.x_train, held.y_train, **{**fit_options(cfg), "compile": compile}, device="cpu",
-        progress=False)
-    return 1e6 * (time.perf_counter() - tick) / (epochs * math.ceil(len(held.x_train) / 128))
+    history = fit(model, guide, held.x_train, held.y_train, **{**fit_options(cfg), "compile": compile},
+                  device="cpu", progress=False)
+    seconds = [record["seconds"] for record in history.epochs]
+    epoch = statistics.median(seconds[1:])
+    return 1e6 * epoch / math.ceil(len(held.x_train) / 128), max(0.0, seconds[0] - epoch)
 
 
-def study_minutes(us_per_step: dict, cell_overhead_s: float, epochs: int, splits: int, methods,
+def study_minutes(us_per_step: dict, setup_s: dict, cell_overhead_s: float, epochs: int, splits: int, methods,
                   workers: int) -> float:
     """Wall minutes of a study of ``methods`` on the five shared data sets and ``splits`` splits, every step (grid
-    points and final fits) at ``us_per_step`` (by method; others at BBB's rate)."""
+    points and final fits) at ``us_per_step`` and every training paying ``setup_s`` once (by method; others at
+    BBB's rates)."""
     seconds = 0.0
     for method in methods:
-        rate = us_per_step.get(method, us_per_step["bbb"]) * 1e-6
+        rate, setup = us_per_step.get(method, us_per_step["bbb"]) * 1e-6, setup_s.get(method, setup_s["bbb"])
+        trainings = GRID_POINTS[method] + FINAL_FITS.get(method, 1)
         for rows in SIZES.values():
             n = steps(rows, epochs, points=GRID_POINTS[method], fits=FINAL_FITS.get(method, 1))
-            seconds += splits * (n * rate + cell_overhead_s)
+            seconds += splits * (n * rate + trainings * setup + cell_overhead_s)
     return seconds / workers / 60
 
 
@@ -143,22 +149,28 @@ def main() -> None:
         }
     floor = torch_step_us()
     fit_epochs = max(1, args.epochs // 4)
-    per_fit = {method: {mode: fit_us_per_step(method, compile, fit_epochs)
+    per_fit = {method: {mode: fit_cost(method, compile, fit_epochs)
                         for mode, compile in (("eager", False), ("trace", TRACE))} for method in ("mcdropout", "bbb")}
-    eager = {method: rates["eager"] for method, rates in per_fit.items()}
-    traced = {method: rates["trace"] for method, rates in per_fit.items()}
+    rates = {mode: {method: per_fit[method][mode][0] for method in per_fit} for mode in ("eager", "trace")}
+    setups = {mode: {method: per_fit[method][mode][1] for method in per_fit} for mode in ("eager", "trace")}
     boston_steps = steps(455, args.epochs)
     cell_steps = steps(455, args.epochs, points=GRID_POINTS["mcdropout"])
-    overhead = max(0.0, runs["mcdropout_grid"]["wall_s"] - cell_steps * traced["mcdropout"] * 1e-6)
-    quick = study_minutes(traced, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
-    quick_eager = study_minutes(eager, overhead, args.epochs, 5, ("mcdropout", "bbb"), args.workers)
-    full = study_minutes(traced, overhead, args.epochs, 20, tuple(GRID_POINTS), args.workers)
+    trainings = GRID_POINTS["mcdropout"] + 1
+    overhead = max(0.0, runs["mcdropout_grid"]["wall_s"] - cell_steps * rates["trace"]["mcdropout"] * 1e-6
+                   - trainings * setups["trace"]["mcdropout"])
+    quick = study_minutes(rates["trace"], setups["trace"], overhead, args.epochs, 5, ("mcdropout", "bbb"),
+                          args.workers)
+    quick_eager = study_minutes(rates["eager"], setups["eager"], overhead, args.epochs, 5, ("mcdropout", "bbb"),
+                                args.workers)
+    full = study_minutes(rates["trace"], setups["trace"], overhead, args.epochs, 20, tuple(GRID_POINTS),
+                         args.workers)
     for name, run in runs.items():
         print(f"{name:15s} wall {run['wall_s']:6.1f} s (grid {run['grid_s']:5.1f} s)  {run['us_per_step']:6.0f} us/step"
               f"  rmse {run['rmse']:.3f}  ll {run['log_likelihood']:.3f}  {run['chosen'] or ''}")
-    for method, rates in per_fit.items():
-        print(f"fit on a grid point ({method:9s}, {fit_epochs} epochs): eager {rates['eager']:6.0f} us/step, "
-              f"trace {rates['trace']:6.0f} us/step ({rates['eager'] / rates['trace']:.2f}x)")
+    for method, cost in per_fit.items():
+        print(f"fit on a grid point ({method:9s}): eager {cost['eager'][0]:6.0f} us/step, trace {cost['trace'][0]:6.0f}"
+              f" us/step ({cost['eager'][0] / cost['trace'][0]:.2f}x); first epoch beyond that: eager "
+              f"{cost['eager'][1]:.2f} s, trace {cost['trace'][1]:.2f} s (recording)")
     print(f"plain torch step {floor:.0f} us; steps of one Boston cell: {boston_steps} without the grid, "
           f"{steps(455, args.epochs, points=12)} with it; per-cell time outside the steps {overhead:.1f} s")
     print(f"estimated on {args.workers} workers: quick study (5 splits, mcdropout + bbb) {quick:.1f} min "

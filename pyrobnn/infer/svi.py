@@ -243,6 +243,16 @@ def _recording_key(parameters: dict, model, guide, x, y, elbo, beta, estimator, 
     return key, (x, y, torch.tensor(float(beta), dtype=x.dtype, device=x.device), *params)
 
 
+def _settle(args) -> None:
+    """One eager pass of the terms without gradients, the random state restored after it."""
+    state = rng_state()
+    try:
+        with torch.no_grad():
+            _terms(*args)
+    finally:
+        set_rng_state(state)
+
+
 @contextlib.contextmanager
 def _quiet_tracing():
     """Warnings of a recording that say nothing about the model: shapes read as Python values, deprecations."""
@@ -290,10 +300,10 @@ class _RecordedStep:
         if recorded is None:
             if len(self.graphs) >= MAX_TRACES:
                 return _terms(*args), None
+            if not self.graphs:  # a guide's first call may move its parameters (a NormalGuide packs them into one
+                _settle(args)  # storage): one eager pass first, so that the recording reads where they stay
+                key, inputs = _recording_key(self.parameters, *args)
             recorded = self._record(args, inputs)
-            settled, inputs = _recording_key(self.parameters, *args)
-            if recorded is not None and settled != key:  # the first call moved the parameters (a NormalGuide packs
-                key, recorded = settled, self._record(args, inputs)  # them into one storage): record them there
             if recorded is None:
                 return self.fallback(*args), None
             self.graphs[key] = recorded
