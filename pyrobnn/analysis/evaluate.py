@@ -12,6 +12,7 @@ from pyrobnn.infer.predict import predict, predict_moments, predictive_outputs
 __all__ = ["evaluate", "Validation"]
 
 
+@torch.no_grad()  # metrics only: a learned noise scale would otherwise build a graph through them
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
              batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
              moments: bool = False, max_memory: int | None = None, progress: bool = False,
