@@ -157,12 +157,21 @@ def compiled_terms(backend: bool | str = True) -> Callable:
         except Exception as error:  # an error of the model itself is raised again by the eager step
             result = _terms(*args)
             fell_back.append(error)
-            warnings.warn(f"torch.compile (backend {backend!r}) failed on this model, training eagerly instead: "
-                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
-                          RuntimeWarning, stacklevel=3)
+            _warn_compile_failed(backend, error)
             return result
 
     return terms
+
+
+def _first_line(error: Exception) -> str:
+    """``Type: the first line of the message`` (at most 200 characters of it)."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+
+
+def _warn_compile_failed(backend, error: Exception) -> None:
+    """The one warning of a step whose ``torch.compile`` backend failed: it trains eagerly from now on."""
+    warnings.warn(f"torch.compile (backend {backend!r}) failed on this model, training eagerly instead: "
+                  f"{_first_line(error)}", RuntimeWarning, stacklevel=4)
 
 
 TRACE = "trace"
@@ -225,8 +234,7 @@ class _Traced:
         except Exception as error:  # an error of the model itself is raised again by the eager step
             self.failed = error
             warnings.warn(f"compile={TRACE!r}: torch.jit.trace failed on this model, training eagerly instead: "
-                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
-                          RuntimeWarning, stacklevel=4)
+                          f"{_first_line(error)}", RuntimeWarning, stacklevel=4)
             return None
         finally:
             set_rng_state(state)
@@ -317,9 +325,7 @@ class _RecordedStep:
             if self.backend == TRACE:
                 raise
             self.failed, self.fallback = error, _terms
-            warnings.warn(f"torch.compile (backend {self.backend!r}) failed on this model, training eagerly "
-                          f"instead: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
-                          RuntimeWarning, stacklevel=3)
+            _warn_compile_failed(self.backend, error)
             return _terms(*args), None
         params = inputs[3:]
         return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(trained, gradients)]
