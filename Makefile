@@ -11,8 +11,8 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-cache-dir --upgrade pip
+	$(PY) -m pip install -q --no-cache-dir -e '.[dev]'
 	touch $@
 
 demo: venv
