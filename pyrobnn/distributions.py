@@ -333,7 +333,7 @@ class DropoutWeight(TorchDistribution):
 
     def keep_mask(self, shape) -> torch.Tensor:
         """A mask of ``shape``: 0 with probability ``rate``, else :math:`1/(1-p)`."""
-        keep = torch.empty(shape, dtype=self.loc.dtype, device=self.loc.device).bernoulli_(1 - self.rate)
+        keep = torch.empty(shape, dtype=self.loc.dtype, device=self.loc.device).bernoulli(1 - self.rate)
         return keep.div_(1 - self.rate)
 
     @property

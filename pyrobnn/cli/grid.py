@@ -5,9 +5,11 @@ The protocol of the UCI regression benchmark (Hernández-Lobato & Adams 2015; Ga
 training set (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is not even read) and scored on
 the held-out 20 % by the log-likelihood of its predictive mixture (classification: minus the NLL), in the target's
 original units; the run is then trained on the whole training set with the best combination (the first one on
-ties), and ``metrics.json`` records every point under ``selection``. The points train with the traced step
-(:data:`~pyrobnn.infer.svi.TRACE`: the eager step's numbers, its Python run once per batch shape), since the
-protocol's networks are small enough that the Python of a step costs more than its arithmetic.
+ties), and ``metrics.json`` records every point under ``selection``. The protocol's networks are small enough
+that the Python and the dispatch of a step cost more than its arithmetic, so the points that differ only in the noise
+precision (``tau``, ``likelihood.scale``: :data:`STACKED`) train at once as one stacked network
+(:func:`~pyrobnn.infer.replicas.fit_replicas`: one recorded step for all of them, each with its own random draws),
+each stack with the recorded step.
 
 A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
 (``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
@@ -45,9 +47,10 @@ from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
-from pyrobnn.infer.svi import TRACE, fit
+from pyrobnn.infer.replicas import fit_replicas
 
-__all__ = ["TAU", "PROTOCOL", "grid_axes", "configured", "held_out_search", "select_hyperparameters"]
+__all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "configured", "replica_groups", "held_out_search",
+           "select_hyperparameters"]
 
 _SCALE = "--likelihood.scale"
 
@@ -159,6 +162,20 @@ def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: s
                   "points": records, "chosen": points[best], "seconds": time.perf_counter() - tick}
 
 
+STACKED = (TAU, "likelihood.scale")
+"""The grid's options that set only tensors of the model (the likelihood's noise scale): points that differ in
+nothing else train as one stacked network (:func:`~pyrobnn.infer.replicas.fit_replicas`)."""
+
+
+def replica_groups(points: list[dict[str, str]]) -> list[list[int]]:
+    """The indices of ``points`` grouped by their values of every option not in :data:`STACKED` (in order of first
+    appearance): each group trains as one stacked network."""
+    groups: dict[tuple, list[int]] = {}
+    for i, point in enumerate(points):
+        groups.setdefault(tuple((k, v) for k, v in point.items() if k not in STACKED), []).append(i)
+    return list(groups.values())
+
+
 def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None]:
     """The run's configuration with the ``--grid`` point of highest held-out score, for ``data`` (the run's
     dataset, whose target scale sets ``tau``), and the record of the search (``None`` without ``--grid``):
@@ -180,14 +197,24 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
     say(f"--grid: {len(points)} points, each trained on {len(held.x_train)} examples and scored on "
         f"{len(held.x_test)} held out ({score})")
 
+    stacks = replica_groups(points)
+    trained: dict[int, tuple] = {}
+
     def evaluate(run):
-        pyro.set_rng_seed(run.optim.seed)  # weight initialisation
-        model, guide = build(run, held)
-        # the grid's small networks: the step's Python recorded once, not run every step
-        fit(model, guide, held.x_train, held.y_train, **{**fit_options(run), "compile": TRACE}, device=device,
-            progress=False)
-        return test_report(model, guide, held, run.output.num_samples, run.optim.seed,
-                           moments=run.optim.estimator == "vdp", max_memory=gigabytes(run.output.max_memory))
+        index = next(i for i, r in enumerate(runs) if r is run)
+        if index not in trained:  # the points of its stack trained at once (pyrobnn.infer.replicas)
+            stack = next(stack for stack in stacks if index in stack)
+            pairs = []
+            for i in stack:
+                pyro.set_rng_seed(runs[i].optim.seed)  # weight initialisation
+                pairs.append(build(runs[i], held))
+            options = {key: value for key, value in fit_options(runs[stack[0]]).items() if key != "compile"}
+            fit_replicas(pairs, held.x_train, held.y_train, **options, device=device)
+            trained.update(zip(stack, pairs))
+        model, guide = trained.pop(index)
+        return test_report(model, guide, held, run.output.num_samples,
+                           run.optim.seed, moments=run.optim.estimator == "vdp",
+                           max_memory=gigabytes(run.output.max_memory))
 
     best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification)
     return configured(cfg, points[best], data), {"grid": {name: list(values) for name, values in axes}, **record}

@@ -111,6 +111,10 @@ class SiteGuide(PyroModule):
     :param name: prefix of the parameters' names in Pyro's param store (default: the class name).
     """
 
+    shared_storage: bool = True
+    """Whether :meth:`flat` packs a role's parameters into one storage (else it concatenates them, a copy per
+    call: :func:`~pyrobnn.infer.replicas.fit_replicas` trains stacked parameters that are no views of it)."""
+
     def __init__(self, model, init_loc: InitLoc = "module", *, name: str | None = None):
         super().__init__(type(self).__name__ if name is None else name)
         sites = model.sites()
@@ -187,6 +191,8 @@ class SiteGuide(PyroModule):
         params = [self.param(name, role) for name in self.site_names]
         if not all(isinstance(p, torch.nn.Parameter) for p in params):  # a constrained parameter: no flat view
             return None
+        if not self.shared_storage:
+            return torch.cat([p.reshape(-1) for p in params]), [p.shape for p in params]
         storage = self.__dict__.setdefault("_flat_storage", {})
         flat = storage.get(role)
         if flat is None or not _aliases(flat, params):

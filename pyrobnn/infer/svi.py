@@ -334,36 +334,17 @@ class _RecordedStep:
         """``(replay, trained)``: the replay of the graph of the step's terms and of the loss's gradient with
         respect to the parameters ``inputs[3:][i]`` for ``i`` in ``trained`` (those that require and receive a
         gradient), or None where it cannot be recorded (:attr:`failed` says why)."""
-        model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
-        rows, params = x.shape[0], inputs[3:]
-        wrt = [i for i, p in enumerate(params) if p.requires_grad]
-        trained = []
-
-        def step(x, y, beta, *params):  # the modules' parameters are these very tensors, so make_fx follows them
-            terms = _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows,
-                           validate_beta=False)
-            gradients = torch.autograd.grad(terms.loss, [params[i] for i in wrt], allow_unused=True)
-            trained[:] = [i for i, gradient in zip(wrt, gradients) if gradient is not None]
-            return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(),
-                    *(gradient for gradient in gradients if gradient is not None))
-
         state = rng_state()
         try:
-            with _quiet_tracing(), _shared_metadata_mode():
-                graph = make_fx(step)(*inputs)
+            graph, trained = record_gradient(args, inputs)
             set_rng_state(state)
             if self.backend == TRACE:
-                with _quiet_tracing(), torch.no_grad():
-                    traced = torch.jit.trace(graph, inputs, check_trace=False)
-
-                def replay(*inputs):
-                    with torch.jit.optimized_execution(False):
-                        return traced(*inputs)
+                replay = script_replay(graph, inputs)
             else:
                 inductor = self.backend in (True, "inductor")
                 replay = torch.compile(graph, backend="inductor" if inductor else self.backend, dynamic=False,
                                        options={"fallback_random": True} if inductor else None)
-            return replay, tuple(trained)
+            return replay, trained
         except (ParticlesUnsupported, torch.OutOfMemoryError):
             raise
         except Exception as error:  # the fallback records the terms alone (and raises an error of the model)
@@ -371,6 +352,45 @@ class _RecordedStep:
             return None
         finally:
             set_rng_state(state)
+
+
+def record_gradient(args, inputs) -> tuple[torch.fx.GraphModule, tuple[int, ...]]:
+    """The step's terms and the loss's gradient as one graph of ATen operations (:func:`make_fx`), recorded on
+    ``inputs`` = ``(x, y, β as a tensor, *tensors)``, where ``tensors`` are the model's and guide's own parameters
+    and buffers (the very tensors the modules hold, so the recording follows them as inputs, not constants):
+    ``(graph, trained)``, the graph returning ``(loss, nll, kl, *gradients)``, one gradient for each
+    ``tensors[i]``, ``i`` in ``trained`` (those that require and receive a gradient). It draws random numbers
+    (the caller restores the random state) and raises what the model raises, or what the recording cannot follow
+    (a value read on the host)."""
+    model, guide, x, y, elbo, beta, estimator, num_particles, precision = args
+    rows, tensors = x.shape[0], inputs[3:]
+    wrt = [i for i, t in enumerate(tensors) if t.requires_grad]
+    trained = []
+
+    def step(x, y, beta, *tensors):
+        terms = _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, rows,
+                       validate_beta=False)
+        gradients = torch.autograd.grad(terms.loss, [tensors[i] for i in wrt], allow_unused=True)
+        trained[:] = [i for i, gradient in zip(wrt, gradients) if gradient is not None]
+        return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(),
+                *(gradient for gradient in gradients if gradient is not None))
+
+    with _quiet_tracing(), _shared_metadata_mode():
+        graph = make_fx(step)(*inputs)
+    return graph, tuple(trained)
+
+
+def script_replay(graph: torch.fx.GraphModule, inputs) -> Callable:
+    """``graph`` recorded by :func:`torch.jit.trace` on ``inputs`` and replayed without TorchScript's
+    optimisations: the same operations in the same order, random draws included (:data:`TRACE`)."""
+    with _quiet_tracing(), torch.no_grad():
+        traced = torch.jit.trace(graph, inputs, check_trace=False)
+
+    def replay(*inputs):
+        with torch.jit.optimized_execution(False):
+            return traced(*inputs)
+
+    return replay
 
 
 def _shared_metadata_mode():
@@ -414,8 +434,8 @@ def _update(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) ->
     if gradients is None:
         loss.backward()
     else:
-        for parameter, gradient in gradients:
-            parameter.grad = gradient
+        for parameter, gradient in gradients:  # a fused optimiser reads a gradient as laid out like its parameter
+            parameter.grad = gradient if gradient.stride() == parameter.stride() else gradient.contiguous()
     if not fused:
         optim.step()
         return
