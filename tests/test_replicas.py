@@ -123,3 +123,12 @@ def test_grid_points_that_differ_only_in_the_noise_precision_share_a_stack():
     assert replica_groups(points) == [[0, 1, 2], [3, 4, 5]]
     assert replica_groups([{"lr": "0.1"}, {"lr": "0.2"}]) == [[0], [1]]
     assert replica_groups([{"likelihood.scale": "0.1"}, {"likelihood.scale": "0.2"}]) == [[0, 1]]
+
+
+def test_an_autoguide_is_refused_its_replicas_would_share_the_param_store():
+    from pyro.infer.autoguide import AutoNormal
+
+    x, y = _data()
+    model, _ = _pair("point", 0)
+    with pytest.raises(ValueError, match=r"pairs\[0\]: fit_replicas trains a BayesianNetwork with a pyrobnn guide"):
+        fit_replicas([(model, AutoNormal(model)), (model, AutoNormal(model))], x, y, **OPTIONS)

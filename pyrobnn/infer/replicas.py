@@ -33,6 +33,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pyrobnn.checkpoint import rng_state, set_rng_state
 from pyrobnn.checks import choice, nonnegative_int, positive_int
 from pyrobnn.device import resolve_device
+from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.handlers.particles import ParticlesUnsupported
@@ -50,6 +51,7 @@ from pyrobnn.infer.svi import (
     record_gradient,
     script_replay,
 )
+from pyrobnn.model.bayesian_network import BayesianNetwork
 
 __all__ = ["fit_replicas", "module_tensors"]
 
@@ -145,6 +147,11 @@ def fit_replicas(
     if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
         raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
                          f"got {num_data!r}")
+    for i, (model, guide) in enumerate(pairs):
+        if not isinstance(model, BayesianNetwork) or not isinstance(guide, SiteGuide):
+            raise ValueError(f"pairs[{i}]: fit_replicas trains a BayesianNetwork with a pyrobnn guide (SiteGuide), "
+                             "which claim their own parameters in Pyro's param store; an autoguide's replicas would "
+                             "share one entry per name: train them one by one with fit")
     layout = _layout(*pairs[0])
     for i, pair in enumerate(pairs[1:], 1):
         if _layout(*pair) != layout:
