@@ -225,7 +225,7 @@ def test_a_mixture_guide_whose_last_batch_cannot_split_among_its_components_is_r
     from pyrobnn.cli import grid
 
     trained = []
-    monkeypatch.setattr(grid, "fit", lambda *args, **kwargs: trained.append(1))
+    monkeypatch.setattr(grid, "fit_replicas", lambda *args, **kwargs: trained.append(1))
     out = tmp_path / "run"
     argv = ["train", "--dataset", "two-moons", "--train-size", "42", "--test-size", "20", "--hidden", "8",
             "--epochs", "1", "--method", "ibnn-4", "--batch-size", "8", "--num-samples", "4", "--out", out]
