@@ -31,7 +31,6 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from pyrobnn.checkpoint import rng_state, set_rng_state
-from pyrobnn.checks import choice, nonnegative_int, positive_int
 from pyrobnn.device import resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers import ESTIMATORS
@@ -40,16 +39,19 @@ from pyrobnn.handlers.particles import ParticlesUnsupported
 from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate, trained_parameters
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.svi import (
-    PRECISIONS,
     History,
     TrainingDiverged,
     _check_data,
     _settle,
     _update,
-    check_objective,
+    batch,
+    built_optimizer,
+    checked_fit_options,
+    epoch_batches,
     fit,
     record_gradient,
     script_replay,
+    warm_up,
 )
 from pyrobnn.model.bayesian_network import BayesianNetwork
 
@@ -139,14 +141,8 @@ def fit_replicas(
     pairs = [tuple(pair) for pair in pairs]
     if not pairs:
         raise ValueError("pairs: give at least one (model, guide)")
-    epochs = positive_int("epochs", epochs)
-    batch_size = positive_int("batch_size", batch_size)
-    num_particles = positive_int("num_particles", num_particles)
-    check_objective(estimator, num_particles, elbo)
-    choice("precision", precision, PRECISIONS)
-    if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
-        raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
-                         f"got {num_data!r}")
+    epochs, batch_size, num_particles = checked_fit_options(x, epochs, batch_size, num_particles, optimizer, estimator,
+                                                            elbo, num_data, precision)
     for i, (model, guide) in enumerate(pairs):
         if not isinstance(model, BayesianNetwork) or not isinstance(guide, SiteGuide):
             raise ValueError(f"pairs[{i}]: fit_replicas trains a BayesianNetwork with a pyrobnn guide (SiteGuide), "
@@ -172,10 +168,7 @@ def fit_replicas(
         m.num_data = x.shape[0] if num_data is None else num_data
         m.train()
     _check_data(model, guide, x, y, "training data")
-    optim = optimizer(model, guide)
-    if not isinstance(optim, torch.optim.Optimizer):
-        raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
-    warmup_steps = nonnegative_int("warmup_steps of the optimizer", getattr(optimizer, "warmup_steps", 0))
+    optim, warmup_steps = built_optimizer(optimizer, model, guide)
     pyro.set_rng_seed(seed)
 
     steps = math.ceil(x.shape[0] / batch_size)
@@ -236,18 +229,15 @@ def _unstack(replicas, stacked) -> None:
 def _epoch(epoch, x, y, device, step_of, stacked, optim, beta, seed, batch_size, steps, warmup_steps) -> dict:
     """One pass over the data for all replicas; the epoch's record with one value per replica (lists)."""
     tick = time.perf_counter()
-    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
     rates = [group["lr"] for group in optim.param_groups]
     warming = epoch * steps < warmup_steps
     totals, betas = None, 0.0
     num_data = step_of.pairs[0][0].num_data
-    for step, idx in enumerate(order.split(batch_size)):
-        xb = x[idx.to(x.device)].to(device, non_blocking=True)
-        yb = y[idx.to(y.device)].to(device, non_blocking=True)
+    for step, idx in enumerate(epoch_batches(x.shape[0], batch_size, seed, epoch)):  # fit's batches
+        xb, yb = batch(x, y, idx, device)
         b = beta(epoch, step, steps)
         if warming:
-            for group, rate in zip(optim.param_groups, rates):
-                group["lr"] = rate * min(1.0, (epoch * steps + step + 1) / warmup_steps)
+            warm_up(optim, rates, (epoch * steps + step + 1) / warmup_steps)
         loss, nll, kl, gradients = step_of(xb, yb, torch.tensor(float(b), dtype=xb.dtype, device=device), stacked)
         _update(optim, loss.sum(), gradients)
         values = torch.stack([loss, nll, kl]).double().cpu()  # one device-to-host copy per step
@@ -260,8 +250,7 @@ def _epoch(epoch, x, y, device, step_of, stacked, optim, beta, seed, batch_size,
         totals = values if totals is None else totals + values
         betas += b
     if warming:
-        for group, rate in zip(optim.param_groups, rates):
-            group["lr"] = rate
+        warm_up(optim, rates, 1.0)
     loss, nll, kl = (totals / steps).tolist()
     return {"epoch": epoch + 1, "loss": [v / num_data for v in loss], "nll": [v / num_data for v in nll], "kl": kl,
             "beta": betas / steps, "lr": per_example_rate(optim.param_groups[0]),

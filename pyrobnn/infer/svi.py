@@ -458,6 +458,49 @@ def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, trans
         check_labels(y, num_classes, f"{what} labels")
 
 
+def checked_fit_options(x, epochs, batch_size, num_particles, optimizer, estimator, elbo, num_data,
+                        precision) -> tuple[int, int, int]:
+    """The checks of :func:`fit`'s options that hold for any training on ``x``, before anything runs:
+    ``(epochs, batch_size, num_particles)``, each a positive int."""
+    epochs = positive_int("epochs", epochs)
+    batch_size = positive_int("batch_size", batch_size)
+    num_particles = positive_int("num_particles", num_particles)
+    if not callable(optimizer):
+        raise TypeError(f"optimizer must be an optimizer factory (model, guide) -> torch.optim.Optimizer, e.g. "
+                        f"pyrobnn.infer.optim.Optim(lr=1e-3), got {optimizer!r}")
+    check_objective(estimator, num_particles, elbo)
+    if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
+        raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
+                         f"got {num_data!r}")
+    choice("precision", precision, PRECISIONS)
+    return epochs, batch_size, num_particles
+
+
+def built_optimizer(optimizer, model, guide) -> tuple[torch.optim.Optimizer, int]:
+    """``optimizer(model, guide)``, checked, and the optimiser steps of its warm-up."""
+    optim = optimizer(model, guide)
+    if not isinstance(optim, torch.optim.Optimizer):
+        raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
+    return optim, nonnegative_int("warmup_steps of the optimizer", getattr(optimizer, "warmup_steps", 0))
+
+
+def epoch_batches(rows: int, batch_size: int, seed: int, epoch: int) -> tuple[torch.Tensor, ...]:
+    """The row indices of epoch ``epoch``'s batches: a permutation seeded by ``seed`` and the epoch."""
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed * 100003 + epoch))
+    return order.split(batch_size)
+
+
+def batch(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``idx`` of ``x`` and ``y`` on ``device`` (data kept on the device is sliced there)."""
+    return (x[idx.to(x.device)].to(device, non_blocking=True), y[idx.to(y.device)].to(device, non_blocking=True))
+
+
+def warm_up(optim: torch.optim.Optimizer, rates: list[float], fraction: float) -> None:
+    """Each group's learning rate at ``min(1, fraction)`` of its scheduled rate ``rates[i]``."""
+    for group, rate in zip(optim.param_groups, rates):
+        group["lr"] = rate * min(1.0, fraction)
+
+
 def fit(
     model,
     guide,
@@ -522,19 +565,10 @@ def fit(
         ``kl`` (nats, unweighted), ``beta`` (mean over the epoch), ``lr``, ``seconds``, and what callbacks add.
     :raises TrainingDiverged: when the loss becomes NaN/inf (the checkpoint keeps the last good epoch).
     """
-    epochs = positive_int("epochs", epochs)
-    batch_size = positive_int("batch_size", batch_size)
-    num_particles = positive_int("num_particles", num_particles)
-    if not callable(optimizer):
-        raise TypeError(f"optimizer must be an optimizer factory (model, guide) -> torch.optim.Optimizer, e.g. "
-                        f"pyrobnn.infer.optim.Optim(lr=1e-3), got {optimizer!r}")
+    epochs, batch_size, num_particles = checked_fit_options(x, epochs, batch_size, num_particles, optimizer, estimator,
+                                                            elbo, num_data, precision)
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=<path of the run to continue>")
-    check_objective(estimator, num_particles, elbo)
-    if num_data is not None and (not isinstance(num_data, int) or num_data < x.shape[0]):
-        raise ValueError(f"num_data must be an int >= len(x) = {x.shape[0]} (the full training-set size), "
-                         f"got {num_data!r}")
-    choice("precision", precision, PRECISIONS)
     if compile:
         compiled_terms(compile)  # checks the value before anything runs
     if ESTIMATORS[estimator].stochastic:
@@ -550,11 +584,8 @@ def fit(
             callback.setup(model, guide)
     model.num_data = x.shape[0] if num_data is None else num_data
 
-    optim = optimizer(model, guide)
-    if not isinstance(optim, torch.optim.Optimizer):
-        raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
+    optim, warmup_steps = built_optimizer(optimizer, model, guide)
     scheduler = make_scheduler(optim, getattr(optimizer, "schedule", None))
-    warmup_steps = nonnegative_int("warmup_steps of the optimizer", getattr(optimizer, "warmup_steps", 0))
     run = _Run(model, guide, optim, scheduler, History())
     pyro.set_rng_seed(seed)
     start = run.resume(checkpoint, device) if resume and Path(checkpoint).is_file() else 0
@@ -572,8 +603,8 @@ def fit(
 
         for epoch in range(start, epochs):
             model.train()
-            order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed * 100003 + epoch))
-            record = run.epoch(epoch, order.split(batch_size), x, y, device, beta=beta, elbo=elbo,
+            batches = epoch_batches(x.shape[0], batch_size, seed, epoch)
+            record = run.epoch(epoch, batches, x, y, device, beta=beta, elbo=elbo,
                                estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
                                on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps,
                                compile=compile)
@@ -628,14 +659,12 @@ class _Run:
         rates = [group["lr"] for group in self.optim.param_groups]  # this epoch's scheduled rates
         warming = epoch * steps < warmup_steps  # the warm-up reaches into this epoch
         for step, idx in enumerate(batches):
-            xb = x[idx.to(x.device)].to(device, non_blocking=True)  # data kept on the device is sliced there
-            yb = y[idx.to(y.device)].to(device, non_blocking=True)
+            xb, yb = batch(x, y, idx, device)
             if transform is not None:
                 xb = transform(xb)
             b = beta(epoch, step, steps)
             if warming:  # optimiser steps before this one: epoch * steps + step
-                for group, rate in zip(self.optim.param_groups, rates):
-                    group["lr"] = rate * min(1.0, (epoch * steps + step + 1) / warmup_steps)
+                warm_up(self.optim, rates, (epoch * steps + step + 1) / warmup_steps)
             terms = svi_step(self.model, self.guide, self.optim, xb, yb, elbo=elbo, beta=b, estimator=estimator,
                              num_particles=num_particles, precision=precision, compile=compile)
             # one device-to-host copy per step for the logged terms
@@ -650,8 +679,7 @@ class _Run:
             totals += torch.tensor(values + [b], dtype=torch.float64)
             on_step(epoch, step, totals[0].item() / ((step + 1) * num_data))
         if warming:
-            for group, rate in zip(self.optim.param_groups, rates):  # the schedule sees its own rates
-                group["lr"] = rate
+            warm_up(self.optim, rates, 1.0)  # the schedule sees its own rates
         loss, nll, kl, mean_beta = (totals / steps).tolist()
         return {"epoch": epoch + 1, "loss": loss / num_data, "nll": nll / num_data, "kl": kl, "beta": mean_beta,
                 "lr": per_example_rate(self.optim.param_groups[0]), "seconds": time.perf_counter() - tick}
