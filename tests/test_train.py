@@ -88,6 +88,62 @@ def test_resume_without_checkpoint_file_starts_from_scratch(moons, tmp_path):
     assert set(state) >= {"model", "guide", "optimizer", "scheduler", "epoch", "history", "rng", "config"}
 
 
+@pytest.mark.parametrize("every, writes", [(0.0, [0, 1, 2, 3]), (3600.0, [3])])
+def test_checkpoint_every_sets_how_often_the_checkpoint_is_written(moons, tmp_path, monkeypatch, every, writes):
+    """0 writes after every epoch; a long interval writes once, after the last epoch, the same state."""
+    import pyrobnn.infer.svi as svi
+
+    written = []
+    save = svi.save_checkpoint
+    monkeypatch.setattr(svi, "save_checkpoint", lambda path, state: (written.append(state["epoch"]), save(path, state)))
+    path = tmp_path / "checkpoint.pt"
+    model, guide = make_run()
+    fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=path, checkpoint_every=every, **FIT)
+    assert written == writes
+    state = load_checkpoint(path)
+    assert state["epoch"] == 3 and len(state["history"]) == 4
+    for key, value in guide.state_dict().items():
+        assert torch.equal(state["guide"][key], value), key
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_run_stopped_between_writes_keeps_its_last_completed_epoch(moons, tmp_path, stop):
+    """With the checkpoint waiting in memory, an interruption writes the last completed epoch's state, as it was
+    then (the steps after it do not leak into it), and a resumed run continues exactly."""
+    path = tmp_path / "checkpoint.pt"
+    kept = {}
+
+    def interrupt(epoch, record):
+        if epoch == 1:
+            kept.update({k: v.clone() for k, v in guide.state_dict().items()})
+        if epoch == 2:
+            raise stop("stopped")
+
+    model, guide = make_run()
+    with pytest.raises(stop):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=path, checkpoint_every=3600.0,
+            on_epoch_end=interrupt, **FIT)
+    state = load_checkpoint(path)
+    assert state["epoch"] == 1 and len(state["history"]) == 2
+    for key, value in kept.items():
+        assert torch.equal(state["guide"][key], value), key
+        assert not torch.equal(guide.state_dict()[key], value), key  # epoch 3 trained on after it
+
+    model_full, guide_full = make_run()
+    full = fit(model_full, guide_full, moons.x_train, moons.y_train, epochs=4, **FIT)
+    model2, guide2 = make_run()
+    resumed = fit(model2, guide2, moons.x_train, moons.y_train, epochs=4, checkpoint=path, resume=True, **FIT)
+    assert resumed["loss"] == full["loss"]
+
+
+def test_checkpoint_every_must_be_nonnegative(moons, tmp_path):
+    model, guide = make_run()
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=tmp_path / "c.pt", checkpoint_every=-1,
+            **FIT)
+    assert not (tmp_path / "c.pt").exists()
+
+
 # ----------------------------------------------------------------------------- divergence
 
 

@@ -374,7 +374,8 @@ class OutputOptions:
     """Where the run is written and how it is reported."""
 
     out: Annotated[Path, arg(metavar="DIR")] = Path("runs/latest")
-    """Output directory: checkpoint.pt (after every epoch), metrics.json, reliability.png."""
+    """Output directory: checkpoint.pt (the last completed epoch: written at most once a minute, at the end and
+    when training stops early), metrics.json, reliability.png."""
     resume: Annotated[bool, arg(help="Continue from <out>/checkpoint.pt if it exists; only "
                                      + ", ".join(o for o in RESUMABLE if o not in ("--resume", "--out"))
                                      + " may differ from the run that wrote it.")] = False

@@ -92,7 +92,8 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
     :param make_member: ``m -> (model, guide)`` of member m >= 1, called after ``pyro.set_rng_seed(seed + m)`` (its
         own initialisation); the same network and guide as member 0.
     :param seed: member m trains with ``seed + m`` (its own data order and noise).
-    :param checkpoint: member m's checkpoint is :func:`member_checkpoint` (after every epoch); with ``resume`` each
+    :param checkpoint: member m's checkpoint is :func:`member_checkpoint` (written as
+        :func:`~pyrobnn.infer.svi.fit` writes one); with ``resume`` each
         member continues from its own (a finished member trains no further).
     :param on_epoch_end: callbacks of every member's :func:`fit`, after one that sets the record's ``"member"``.
     :param fit_options: the other options of :func:`~pyrobnn.infer.svi.fit` (epochs, optimizer, device, ...).

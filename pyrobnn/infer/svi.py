@@ -11,10 +11,13 @@ user would write around :class:`pyro.infer.SVI`, with what a long run needs:
 a β schedule (:mod:`pyrobnn.infer.schedules`, applied by
 :func:`~pyrobnn.handlers.kl_annealing`), the optimiser with its learning-rate
 schedule and warm-up as one object (:mod:`pyrobnn.infer.optim`), per-epoch
-callbacks (validation, sparsity: :mod:`pyrobnn.analysis`), a rich progress bar, an atomic checkpoint after every epoch
-that restores parameters, optimiser, scheduler, epoch and every RNG (a resumed run
+callbacks (validation, sparsity: :mod:`pyrobnn.analysis`), a rich progress bar, an atomic checkpoint of the last
+completed epoch that restores parameters, optimiser, scheduler, epoch and every RNG (a resumed run
 continues exactly as the uninterrupted one), and a stop with a clear message
-when the loss becomes NaN/inf (the last good checkpoint is kept).
+when the loss becomes NaN/inf (the checkpoint of the last good epoch is written).
+The checkpoint is written at most every ``checkpoint_every`` seconds, at the end, and when training stops; in
+between, the last completed epoch's state is kept in memory (:class:`_Snapshot`), so runs of many short
+epochs (UCI: 400 epochs of 4 steps) do not spend their time writing files.
 
 The optimiser holds the guide's and the model's own ``nn.Parameter`` s, so the
 loop does not depend on Pyro's global parameter store.
@@ -521,6 +524,7 @@ def fit(
     seed: int = 0,
     device: str | torch.device = "auto",
     checkpoint: str | Path | None = None,
+    checkpoint_every: float = 60.0,
     resume: bool = False,
     config: Optional[dict] = None,
     progress: bool = True,
@@ -555,7 +559,11 @@ def fit(
         backend cannot compile it.
     :param seed: seeds parameter noise and the data order (``pyro.set_rng_seed``).
     :param device: ``"auto"``, ``"cpu"`` or ``"cuda"``; model, guide and batches follow it.
-    :param checkpoint: file written atomically after every epoch (parameters, optimiser, epoch, RNG).
+    :param checkpoint: file written atomically with the state after an epoch (parameters, optimiser, scheduler,
+        epoch, history, RNG): the last completed epoch's, written at most every ``checkpoint_every`` seconds, after
+        the last epoch, and whenever training stops early (a NaN loss, an exception, Ctrl-C).
+    :param checkpoint_every: seconds between checkpoint writes; 0 writes after every epoch. In between, the state
+        of the last completed epoch is kept in memory (one copy of the parameters and the optimiser's state).
     :param resume: continue from ``checkpoint`` if it exists.
     :param config: extra metadata stored in the checkpoint (how to rebuild model and guide).
     :param on_epoch_end: callback(s) ``(epoch, record)`` after each epoch, before the checkpoint; they may
@@ -569,6 +577,7 @@ def fit(
                                                             elbo, num_data, precision)
     if resume and checkpoint is None:
         raise ValueError("resume=True needs checkpoint=<path of the run to continue>")
+    checkpoint_every = nonnegative("checkpoint_every (seconds between checkpoint writes)", checkpoint_every)
     if compile:
         compiled_terms(compile)  # checks the value before anything runs
     if ESTIMATORS[estimator].stochastic:
@@ -601,20 +610,65 @@ def fit(
         def advance(epoch, step, loss_per_example):
             bar.update(task, advance=1, epoch=epoch + 1, stats=f"loss {loss_per_example:.4g}/example")
 
-        for epoch in range(start, epochs):
-            model.train()
-            batches = epoch_batches(x.shape[0], batch_size, seed, epoch)
-            record = run.epoch(epoch, batches, x, y, device, beta=beta, elbo=elbo,
-                               estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
-                               on_step=advance, transform=transform, precision=precision, warmup_steps=warmup_steps,
-                               compile=compile)
-            scheduler.step()
-            for callback in callbacks:
-                callback(epoch, record)
-            run.history.epochs.append(record)
-            if checkpoint is not None:
-                run.save(checkpoint, epoch, config)
+        writer = _CheckpointWriter(checkpoint, checkpoint_every)
+        try:
+            for epoch in range(start, epochs):
+                model.train()
+                batches = epoch_batches(x.shape[0], batch_size, seed, epoch)
+                record = run.epoch(epoch, batches, x, y, device, beta=beta, elbo=elbo,
+                                   estimator=estimator, num_particles=num_particles, checkpoint=checkpoint,
+                                   on_step=advance, transform=transform, precision=precision,
+                                   warmup_steps=warmup_steps, compile=compile)
+                scheduler.step()
+                for callback in callbacks:
+                    callback(epoch, record)
+                run.history.epochs.append(record)
+                writer.completed(run.state(epoch, config), last=epoch == epochs - 1)
+        finally:
+            writer.flush()  # the last completed epoch, also when training stops early
     return run.history
+
+
+class _CheckpointWriter:
+    """Writes the state of the last completed epoch to ``path``: at once when ``every`` seconds have passed since
+    the last write (or ``every`` is 0) or the epoch is the last, otherwise on :meth:`flush`. A state waiting to be
+    written is a copy (:func:`_detached_copy`), so the steps after it, a diverging one included, cannot change it."""
+
+    def __init__(self, path: str | Path | None, every: float):
+        self.path, self.every = path, every
+        self.pending: Optional[dict] = None
+        self.last_write = time.monotonic()
+
+    def completed(self, state: Callable[[], dict], last: bool) -> None:
+        """An epoch has completed; ``state()`` builds its checkpoint (only called when a checkpoint is kept)."""
+        if self.path is None:
+            return
+        if last or time.monotonic() - self.last_write >= self.every:
+            self.pending = None
+            self._write(state())
+        else:  # the history's records do not change once appended: its list is copied, not its records
+            self.pending = {key: value if key == "history" else _detached_copy(value) for key, value in state().items()}
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            state, self.pending = self.pending, None
+            self._write(state)
+
+    def _write(self, state: dict) -> None:
+        save_checkpoint(self.path, state)
+        self.last_write = time.monotonic()
+
+
+def _detached_copy(state):
+    """``state`` with every tensor cloned (on its device) and every dict, list and tuple rebuilt; other values as
+    they are."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _detached_copy(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_detached_copy(value) for value in state)
+    return state
 
 
 @dataclass
@@ -638,17 +692,19 @@ class _Run:
         set_rng_state(state["rng"])
         return state["epoch"] + 1
 
-    def save(self, checkpoint, epoch: int, config: Optional[dict]) -> None:
-        save_checkpoint(checkpoint, {
+    def state(self, epoch: int, config: Optional[dict]) -> Callable[[], dict]:
+        """The checkpoint after ``epoch`` (read by :meth:`resume`), built when called; its tensors are the live
+        ones."""
+        return lambda: {
             "model": self.model.state_dict(),
             "guide": self.guide.state_dict(),
             "optimizer": self.optim.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "epoch": epoch,
-            "history": self.history.epochs,
+            "history": list(self.history.epochs),
             "rng": rng_state(),
             "config": config or {},
-        })
+        }
 
     def epoch(self, epoch: int, batches, x, y, device, *, beta, elbo, estimator, num_particles, checkpoint,
               on_step, transform=None, precision="fp32", warmup_steps=0, compile=False) -> dict:
