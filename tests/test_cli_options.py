@@ -46,6 +46,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--guide.share": (["row"], []),
     "--guide.init-rho": (["-4.0"], []),
     "--guide.init-log-sigma2": (["-8.0"], ["--guide", "additive", "--prior", "log-uniform"]),
+    "--guide.mask-pruned": ([], ["--guide", "additive", "--prior", "log-uniform"]),
     "--guide.init-log-alpha": (["-3.0"], ["--guide", "multiplicative", "--prior", "log-uniform"]),
     "--guide.max-log-alpha": (["8.0"], ["--guide", "multiplicative", "--prior", "log-uniform",
                                         "--guide.approximation", "molchanov"]),
@@ -67,6 +68,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--weight-decay": (["0.001"], []),
     "--lr-step": (["2"], []),
     "--lr-gamma": (["0.1"], ["--lr-step", "1"]),
+    "--lr-linear-from": (["0.5"], []),
     "--variational-lr-factor": (["10"], MIXTURE),
     "--num-particles": (["3"], []),
     "--precision": (["bf16"], []),
@@ -172,6 +174,19 @@ def test_each_train_option_with_a_non_default_value_builds_the_run(flag, data_ro
     beta_schedule(cfg)
     make_optimizer_factory(cfg)(model, guide)
     assert model.sites() or cfg.guide.name == "point"
+
+
+def test_lr_linear_from_is_molchanovs_schedule_and_excludes_lr_step(tmp_path):
+    """--lr-linear-from 0.5: the rate is constant for the first half of the epochs, then falls linearly towards 0
+    (Molchanov et al.'s lr_linear); with --lr-step as well, one clear error before training."""
+    cfg = _parse(["train", *TOY, "--epochs", "10", "--lr-linear-from", "0.5", "--out", str(tmp_path)])
+    check_run(cfg)
+    schedule = make_optimizer_factory(cfg).schedule
+    assert [round(schedule(epoch), 6) for epoch in range(10)] == [1, 1, 1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2]
+    for extra, message in ((["--lr-step", "2"], "--lr-step and --lr-linear-from"),
+                           (["--lr-linear-from", "1.5"], "--lr-linear-from")):
+        with pytest.raises(ValueError, match=message):
+            check_run(_parse(["train", *TOY, "--lr-linear-from", "0.5", *extra, "--out", str(tmp_path)]))
 
 
 def test_guide_components_reaches_the_mixture_guide(tmp_path):

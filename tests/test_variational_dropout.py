@@ -272,6 +272,33 @@ def test_additive_guide_samples_and_clipped_log_alpha():
     assert abs(z.var().item() - 1) < 5 * math.sqrt(2 / len(z))
 
 
+def test_mask_pruned_zeroes_the_mean_of_pruned_weights_and_keeps_their_noise_and_kl():
+    """train_clip of Molchanov et al.'s code: mean θ·[log α <= 3], the same σ and the KL of the unmasked log α; the
+    data's gradient no longer reaches a pruned θ."""
+    log_sigma2 = torch.tensor([[0.0, 3.5, -9.0], [1.0, -4.0, 2.0]])  # log α: 1.39, 3.5, -8 / 0.19, -3.29, 4.41
+    guides = {}
+    for masked in (False, True):
+        guides[masked] = AdditiveDropoutGuide(tiny_model(), mask_pruned=masked)
+        set_param(guides[masked], "net.weight", "locs", THETA)
+        set_param(guides[masked], "net.weight", "log_variances", log_sigma2)
+    theta = torch.tensor(THETA)
+    log_alpha = log_sigma2 - 2 * theta.abs().log()
+    kept = log_alpha <= 3
+    assert kept.tolist() == [[True, False, True], [True, True, False]]
+    plain, masked = guides[False].posterior("net.weight"), guides[True].posterior("net.weight")
+    assert torch.equal(masked.mean, torch.where(kept, theta, torch.zeros(())))
+    assert torch.equal(plain.mean, theta)
+    assert torch.equal(masked.stddev, plain.stddev)
+    prior = guides[True]._priors["net.weight"]()
+    assert torch.equal(kl_divergence(masked, prior), kl_divergence(plain, prior))
+    assert torch.equal(guides[True].median()["net.weight"], masked.mean)
+    locs = guides[True].param("net.weight", "locs")
+    gradient, = torch.autograd.grad(masked.mean.sum(), locs)
+    assert torch.equal(gradient, kept.float())
+    with pytest.raises(ValueError, match="mask_pruned"):
+        AdditiveDropoutGuide(tiny_model(), mask_pruned="yes")
+
+
 @pytest.mark.parametrize("share, log_alpha_shape", [("weight", (2, 3)), ("row", (2, 1)), ("layer", ())])
 def test_multiplicative_guide_samples(share, log_alpha_shape):
     model = tiny_model()

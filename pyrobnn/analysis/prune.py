@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from pyrobnn.guides.additive_dropout import PRUNED_LOG_ALPHA
 from pyrobnn.guides.base import SiteGuide
 
 __all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "magnitude_masks", "apply_masks",
@@ -51,7 +52,8 @@ def snr_masks(guide, threshold: float = 0.83, include_biases: bool = False) -> d
 
 
 @torch.no_grad()
-def log_alpha_masks(guide, threshold: float = 3.0, include_biases: bool = False) -> dict[str, torch.Tensor]:
+def log_alpha_masks(guide, threshold: float = PRUNED_LOG_ALPHA,
+                    include_biases: bool = False) -> dict[str, torch.Tensor]:
     """Keep weights with :math:`\\log\\alpha \\le` ``threshold`` (3: dropout rate 0.95)."""
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
         raise ValueError(f"threshold (log alpha) must be a finite number, got {threshold!r}")

@@ -38,7 +38,7 @@ from pyrobnn.guides import GUIDES
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
-from pyrobnn.infer.optim import Optim, StepDecay, make_optimizer, split_parameters
+from pyrobnn.infer.optim import FlatThenLinear, Optim, StepDecay, make_optimizer, split_parameters
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
@@ -211,6 +211,10 @@ def check_run(cfg: RunConfig) -> None:
             positive_int(option, value)
     nonnegative_int("--val-size", cfg.data.val_size)
     nonnegative_int("--lr-step", cfg.optim.lr_step)
+    in_range("--lr-linear-from (the fraction of the epochs after which the rate falls to 0)", cfg.optim.lr_linear_from,
+             0, 1)
+    if cfg.optim.lr_step and cfg.optim.lr_linear_from:
+        raise ValueError("--lr-step and --lr-linear-from are two learning-rate schedules: pass one of them")
     if cfg.model.init_from is not None and not Path(cfg.model.init_from).is_file():
         raise ValueError(f"--init-from {cfg.model.init_from}: no such file; give the checkpoint.pt of a `pyrobnn train "
                          "--bayesian none` run")
@@ -327,9 +331,10 @@ def check_mcmc(cfg: MCMCConfig) -> None:
 
 def make_optimizer_factory(cfg: RunConfig) -> Optim:
     """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` (per example, as papers state them) with the
-    step decay of ``--lr-step`` and ``--lr-gamma``."""
+    step decay of ``--lr-step`` and ``--lr-gamma`` or the linear decay of ``--lr-linear-from``."""
     opt = cfg.optim
-    schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else None
+    schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else \
+        FlatThenLinear(opt.epochs, start=opt.lr_linear_from, end=1.0, final=0.0) if opt.lr_linear_from else None
     if opt.variational_lr_factor != 1:
         return GuideRateOptim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule,
                          factor=positive("--variational-lr-factor", opt.variational_lr_factor))

@@ -261,6 +261,9 @@ class GuideOptions:
     """normal: initial rho, sigma0 = softplus(rho) (-5 gives 6.7e-3)."""
     init_log_sigma2: float = _default(GUIDES["additive"], "init_log_sigma2")
     """additive: initial log sigma^2 of every weight."""
+    mask_pruned: bool = _default(GUIDES["additive"], "mask_pruned")
+    ("additive: a weight with log alpha > 3 (one that pruning removes) has posterior mean 0 in training and "
+     "prediction (train_clip of Molchanov et al.'s code).")
     init_log_alpha: float = _default(GUIDES["multiplicative"], "init_log_alpha")
     """multiplicative: initial log alpha."""
     max_log_alpha: float = _default(GUIDES["multiplicative"], "max_log_alpha")
@@ -341,6 +344,9 @@ class OptimOptions:
     """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
     lr_gamma: Annotated[float, _flat()] = _default(StepDecay, "gamma")
     """Learning-rate decay factor."""
+    lr_linear_from: Annotated[float, _flat()] = 0.0
+    ("From this fraction of the epochs on, the learning rate falls linearly to 0 at the last epoch (Molchanov et al. "
+     "2017: 0.5; 0: off).")
     variational_lr_factor: Annotated[float, _flat()] = 1.0
     ("Learning rate of the guide's parameters, times --lr (the network's point weights keep --lr): the large "
      "variational rate of implicit BNNs (Trinh et al. 2020); 1: one rate.")
