@@ -437,7 +437,7 @@ def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
     from pyrobnn.networks import NETWORKS
 
     assert ESTIMATORS == tuple(registry)
-    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("COLUMNS", "1000")  # wide enough that no list of choices wraps inside its panel
     train_help = _help(["train", "--help"], capsys)
     for flag, names in (("--prior", PRIORS), ("--guide", GUIDES), ("--beta", ("auto", *SCHEDULES)),
                         ("--estimator", ESTIMATORS)):

@@ -380,8 +380,7 @@ class OutputOptions:
     """Where the run is written and how it is reported."""
 
     out: Annotated[Path, arg(metavar="DIR")] = Path("runs/latest")
-    """Output directory: checkpoint.pt (the last completed epoch: written at most once a minute, at the end and
-    when training stops early), metrics.json, reliability.png."""
+    """Output directory: checkpoint.pt (the last epoch, written at most once a minute), metrics.json, reliability."""
     resume: Annotated[bool, arg(help="Continue from <out>/checkpoint.pt if it exists; only "
                                      + ", ".join(o for o in RESUMABLE if o not in ("--resume", "--out"))
                                      + " may differ from the run that wrote it.")] = False
