@@ -16,7 +16,7 @@ completed epoch that restores parameters, optimiser, scheduler, epoch and every 
 continues exactly as the uninterrupted one), and a stop with a clear message
 when the loss becomes NaN/inf (the checkpoint of the last good epoch is written).
 The checkpoint is written at most every ``checkpoint_every`` seconds, at the end, and when training stops; in
-between, the last completed epoch's state is kept in memory (:class:`_Snapshot`), so runs of many short
+between, the last completed epoch's state is kept in memory (:class:`_CheckpointWriter`), so runs of many short
 epochs (UCI: 400 epochs of 4 steps) do not spend their time writing files.
 
 The optimiser holds the guide's and the model's own ``nn.Parameter`` s, so the
