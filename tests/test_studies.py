@@ -308,6 +308,16 @@ def test_settings_refine_a_label_after_its_preset_and_the_base_and_axes_win(tmp_
     assert narrowed.cells()[0].key != plain.key and narrowed.to_dict()["settings"]["method=mcdropout"][1] == "0.1"
 
 
+def test_a_labels_grid_entries_add_to_the_base_grid():
+    study = Study(base=[*TOY, "--grid", "tau=1,2"], vary={"method": ["mcdropout", "map"]},
+                  settings={"map": ["--grid", "epochs=1,2", "--lr", "0.02"]})
+    configs = {cell.label: parse_cell("train", cell.argv) for cell in study.cells()}
+    assert configs["map"].optim.grid == ("tau=1,2", "epochs=1,2") and configs["map"].optim.lr == 0.02
+    assert configs["mcdropout"].optim.grid == ("tau=1,2",)
+    alone = Study(base=TOY, vary={"method": ["map"]}, settings={"map": ["--grid", "epochs=1,2"]}).cells()[0]
+    assert parse_cell("train", alone.argv).optim.grid == ("epochs=1,2",)  # no base grid: the label's own
+
+
 @pytest.mark.parametrize("settings, named", [
     ({"bbb": ["--lr", "0.1"]}, "[settings] 'bbb': names no label of this study"),
     ({"normal": ["--seed", "3"]}, "[settings] 'normal' sets --seed, which the study sets for each cell"),

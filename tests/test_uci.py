@@ -21,7 +21,7 @@ from pyrobnn.__main__ import main
 from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.metrics import mixture_log_likelihood
 from pyrobnn.cli import _parse
-from pyrobnn.cli.grid import grid_axes, select_hyperparameters
+from pyrobnn.cli.grid import grid_axes, grid_points, select_hyperparameters
 from pyrobnn.cli.runs import load_data
 from pyrobnn.data import load_dataset, uci_protocol
 from pyrobnn.data import uci as uci_module
@@ -277,6 +277,41 @@ def test_bad_grids_are_one_clear_error(folder, tmp_path, grid, message):
     cfg = _cfg(folder, tmp_path, "--grid", *grid)
     with pytest.raises(ValueError, match=message):
         select_hyperparameters(cfg, load_data(cfg))
+
+
+def test_a_likelihood_that_learns_its_noise_takes_no_noise_precision_from_the_grid(folder, tmp_path):
+    heteroscedastic = _cfg(folder, tmp_path, "--likelihood", "heteroscedastic", "--grid", "protocol")
+    assert grid_axes(heteroscedastic) == [("guide.rate", ("0.01", "0.1"))]
+    learned = _cfg(folder, tmp_path, "--likelihood.learn-scale", "--grid", "protocol")
+    assert grid_axes(learned) == [("guide.rate", ("0.01", "0.1"))]
+    with pytest.raises(ValueError, match="--grid tau: --likelihood heteroscedastic learns the noise"):
+        grid_axes(_cfg(folder, tmp_path, "--likelihood", "heteroscedastic", "--grid", "tau=0.5,2"))
+    # nothing left to choose: the run trains as given, no search
+    plain = _parse(["train", "--dataset", f"uci:{folder}", "--split", "1", "--hidden", "4", "--epochs", "2",
+                    "--likelihood", "heteroscedastic", "--grid", "protocol", "--no-progress",
+                    "--out", str(tmp_path / "plain")])
+    assert grid_axes(plain) == [] and select_hyperparameters(plain, load_data(plain)) == (plain, None)
+
+
+def test_the_likelihood_is_chosen_on_held_out_data_and_a_heteroscedastic_point_takes_no_tau(folder, tmp_path):
+    cfg = _cfg(folder, tmp_path, "--grid", "protocol", "likelihood=gaussian,heteroscedastic")
+    axes = grid_axes(cfg)
+    assert axes == [("guide.rate", ("0.01", "0.1")), ("tau", ("0.5", "2.0")),
+                    ("likelihood", ("gaussian", "heteroscedastic"))]
+    assert grid_points(cfg, axes) == [
+        {"guide.rate": "0.01", "tau": "0.5", "likelihood": "gaussian"},
+        {"guide.rate": "0.01", "likelihood": "heteroscedastic"},
+        {"guide.rate": "0.01", "tau": "2.0", "likelihood": "gaussian"},
+        {"guide.rate": "0.1", "tau": "0.5", "likelihood": "gaussian"},
+        {"guide.rate": "0.1", "likelihood": "heteroscedastic"},
+        {"guide.rate": "0.1", "tau": "2.0", "likelihood": "gaussian"}]
+    data = load_data(cfg)
+    chosen, selection = select_hyperparameters(cfg, data)
+    assert len(selection["points"]) == 6
+    best = max(selection["points"], key=lambda p: p["log_likelihood"])
+    assert best["values"] == selection["chosen"] and chosen.likelihood.name == best["values"]["likelihood"]
+    scores = {p["values"]["likelihood"] for p in selection["points"] if math.isfinite(p["log_likelihood"])}
+    assert scores == {"gaussian", "heteroscedastic"}  # both kinds of point were trained and scored
 
 
 def test_grid_protocol_needs_a_data_set_with_one(tmp_path):

@@ -18,7 +18,8 @@ or ``tau``: a noise precision :math:`\tau` in the target's original units, the c
 :math:`\hat y_t` in original units. A model of the standardised target :math:`\tilde y = (y - \mu_y)/s_y` then has
 the likelihood scale :math:`\sigma = 1/(\sqrt\tau\, s_y)` (``--likelihood.scale``), with :math:`s_y` the standard
 deviation of the rows it trains on. ``protocol`` is the data set's own grid (:func:`~pyrobnn.data.uci_protocol`):
-``tau_values.txt``, and ``dropout_rates.txt`` as ``guide.rate`` for ``--guide dropout``.
+``tau_values.txt`` (left out for a likelihood that learns its noise, ``--likelihood heteroscedastic`` or
+``--likelihood.learn-scale``), and ``dropout_rates.txt`` as ``guide.rate`` for ``--guide dropout``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
 from pyrobnn.infer.replicas import fit_replicas
 
-__all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "configured", "replica_groups", "held_out_search",
+__all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "grid_points", "configured", "replica_groups", "held_out_search",
            "select_hyperparameters"]
 
 _SCALE = "--likelihood.scale"
@@ -98,19 +99,30 @@ def _axis(cfg: RunConfig, spec: str) -> tuple[str, tuple[str, ...]]:
     return name, texts
 
 
+def _learns_noise(cfg: RunConfig, likelihood: str | None = None) -> bool:
+    """Whether the run's likelihood (or ``likelihood``, a grid point's) learns its noise, so that no fixed noise
+    precision applies: the heteroscedastic one, or a Gaussian with ``--likelihood.learn-scale``."""
+    return (likelihood or cfg.likelihood.name) == "heteroscedastic" or cfg.likelihood.learn_scale
+
+
 def grid_axes(cfg: RunConfig) -> list[tuple[str, tuple[str, ...]]]:
-    """The grid of ``--grid`` as ``[(name, values), ...]`` (``protocol`` expanded from the data set's files);
-    a ``ValueError`` for a malformed entry, an unknown or repeated name, or ``tau`` beside ``likelihood.scale``."""
+    """The grid of ``--grid`` as ``[(name, values), ...]`` (``protocol`` expanded from the data set's files: its
+    noise precisions only where a likelihood with a fixed noise can be chosen); a ``ValueError`` for a malformed
+    entry, an unknown or repeated name, ``tau`` beside ``likelihood.scale``, or a fixed noise for a run whose
+    likelihood learns it."""
+    explicit = [_axis(cfg, spec) for spec in cfg.optim.grid if spec.strip() != PROTOCOL]
+    likelihoods = dict(explicit).get("likelihood", (cfg.likelihood.name,))
+    fixed_noise_possible = not all(_learns_noise(cfg, name) for name in likelihoods)
     axes = []
     for spec in cfg.optim.grid:
         if spec.strip() == PROTOCOL:
             protocol = uci_protocol(cfg.data.dataset, cfg.data.data_root)
             if cfg.guide.name == "dropout" and protocol.dropout_rates:
                 axes.append(("guide.rate", tuple(map(repr, protocol.dropout_rates))))
-            if protocol.tau_values:
+            if protocol.tau_values and fixed_noise_possible:
                 axes.append((TAU, tuple(map(repr, protocol.tau_values))))
         else:
-            axes.append(_axis(cfg, spec))
+            axes.append(explicit.pop(0))
     names = [name for name, _ in axes]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -118,7 +130,26 @@ def grid_axes(cfg: RunConfig) -> list[tuple[str, tuple[str, ...]]]:
                          "guide.rate and tau)")
     if TAU in names and "likelihood.scale" in names:
         raise ValueError(f"--grid {TAU} sets likelihood.scale: name one of them")
+    fixed_noise = sorted(set(names) & set(STACKED))
+    if fixed_noise and not fixed_noise_possible and not cfg.likelihood.learn_scale:
+        raise ValueError(f"--grid {fixed_noise[0]}: --likelihood heteroscedastic learns the noise of every input, "
+                         f"so no fixed noise is chosen; drop {fixed_noise[0]} from --grid")
     return axes
+
+
+def grid_points(cfg: RunConfig, axes: list[tuple[str, tuple[str, ...]]]) -> list[dict[str, str]]:
+    """Every combination of the axes' values, in order, except that a point whose likelihood learns its noise
+    (``--grid likelihood=gaussian,heteroscedastic``) takes no noise precision: its ``tau`` and
+    ``likelihood.scale`` are dropped and the points that become equal are one."""
+    names = [name for name, _ in axes]
+    points = []
+    for values in itertools.product(*(v for _, v in axes)):
+        point = dict(zip(names, values))
+        if "likelihood" in point and _learns_noise(cfg, point["likelihood"]):
+            point = {name: text for name, text in point.items() if name not in STACKED}
+        if point not in points:
+            points.append(point)
+    return points
 
 
 def configured(cfg: RunConfig, point: dict[str, str], data) -> RunConfig:
@@ -186,7 +217,11 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         raise ValueError("--resume does not apply to a run with --grid: the search trains runs that are not "
                          "checkpointed; train again into a new --out")
     axes = grid_axes(cfg)
-    points = [dict(zip([name for name, _ in axes], values)) for values in itertools.product(*(v for _, v in axes))]
+    if not axes:  # e.g. --grid protocol for a likelihood that learns its noise, with no dropout rate to choose
+        say("--grid: nothing to choose for this run (the data set's grid sets the noise precision, which this "
+            "likelihood learns), so it trains on the whole training set as given")
+        return cfg, None
+    points = grid_points(cfg, axes)
     held = load_data(cfg, validation=True)
     runs = [configured(cfg, point, held) for point in points]
     for run in runs:  # every point's options are checked before any is trained

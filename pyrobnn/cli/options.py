@@ -372,7 +372,8 @@ class OptimOptions:
      "on 80 %, keep the one of highest held-out log-likelihood, retrain it on the whole training set. NAME is an "
      "option without its dashes (guide.rate, likelihood.scale, prior.scale, lr, ...) or tau, the noise precision in "
      "the target's original units (likelihood.scale = 1 / (sqrt(tau) y_std)); protocol: the data set's own grid "
-     "(UCI: tau_values.txt, and dropout_rates.txt for --guide dropout). metrics.json's selection has every point.")
+     "(UCI: tau_values.txt, and dropout_rates.txt for --guide dropout); likelihood=gaussian,heteroscedastic: a "
+     "heteroscedastic point takes no tau. metrics.json's selection has every point.")
 
 
 @dataclass

@@ -34,8 +34,8 @@ from pyrobnn.cli.build import check_mcmc, check_run
 from pyrobnn.cli.methods import expand_method, resolve_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 
-__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "STUDY_SETS", "make_cell", "parse_cell", "cache_key",
-           "accepted_options", "split_options", "axis_arguments", "check_axis"]
+__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "STUDY_SETS", "LIST_OPTIONS", "make_cell", "parse_cell",
+           "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
 
 CONFIGS = {"train": RunConfig, "mcmc": MCMCConfig}
 """The commands a cell runs -> the configuration each parses."""
@@ -179,12 +179,30 @@ def _method_of(arguments: list[str]) -> Optional[str]:
     return names[-1] if names else None
 
 
+LIST_OPTIONS = ("--grid",)
+"""Options whose values are a list of entries: a label's settings add their entries to the base's (``--grid
+protocol`` in the base and ``--grid likelihood=gaussian,heteroscedastic`` in one method's settings search both)."""
+
+
+def _merged_lists(settings: typing.Sequence[str], base: typing.Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(settings, base)`` with the entries of every :data:`LIST_OPTIONS` flag that both set moved from the
+    settings to the end of the base's."""
+    in_settings, in_base = split_options(settings), split_options(base)
+    shared = {flag for flag, _ in in_settings} & {flag for flag, _ in in_base} & set(LIST_OPTIONS)
+    extra = {flag: tokens[1:] for flag, tokens in in_settings if flag in shared}
+    kept = [token for flag, tokens in in_settings if flag not in shared for token in tokens]
+    joined = [token for flag, tokens in in_base for token in (tokens + extra.pop(flag, []) if flag in shared
+                                                               else tokens)]
+    return kept, joined
+
+
 def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
               settings: typing.Sequence[str] = ()) -> Cell:
     """The cell of ``base`` at ``axes`` (``{option name: value}``) and ``replicate`` (``{"seed": 2}``), parsed and
     checked as its command would (a :class:`ValueError` naming the cell and the problem otherwise). ``settings``:
     the label's own arguments, placed before the base (after a method's preset, once expanded), so that the preset
-    is refined by them and the base and the axes win over them."""
+    is refined by them and the base and the axes win over them; entries of a list option (:data:`LIST_OPTIONS`) add
+    to the base's."""
     where = " ".join([repr(label), *(f"{name} {value}" for name, value in replicate.items())])
     method = axes.get("method")
     try:
@@ -192,6 +210,7 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             resolve_method(method)  # the registry's error names the known methods
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
+        settings, base = _merged_lists(settings, base)
         arguments = [*settings, *base]
         for axis, value in axes.items():
             arguments += axis_arguments("mcmc" if axis != "method" and command == "mcmc" else "train", axis, value)

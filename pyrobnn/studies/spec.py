@@ -43,7 +43,8 @@ of any configuration::
 
 A file may also give some labels arguments of their own (``[settings]``, keyed like ``[published]``; a
 configuration's ``settings`` add to them): a paper's settings for one method, which the study's base (it applies to
-every cell) cannot hold. They refine the method's preset; the base, the axes and the command line win over them::
+every cell) cannot hold. They refine the method's preset; the base, the axes and the command line win over them,
+except that a label's ``--grid`` entries add to the base's grid::
 
     [settings]
     "method=mcdropout" = ["--guide.rate", "0.1", "--guide.rates", "net.0.*=0", "--lr", "0.01"]
@@ -65,7 +66,7 @@ from typing import Mapping, Optional, Sequence, Union
 from pyrobnn.checks import positive_int
 from pyrobnn.cli.methods import resolve_method
 from pyrobnn.studies.baseline import resolve_baseline
-from pyrobnn.studies.cells import Cell, axis_arguments, check_axis, make_cell, split_options
+from pyrobnn.studies.cells import LIST_OPTIONS, Cell, axis_arguments, check_axis, make_cell, split_options
 from pyrobnn.studies.published import check_published, known_keys, label_keys, unmatched_keys
 from pyrobnn.studies.runner import run_study
 
@@ -367,7 +368,7 @@ class Study:
                     raise _unmatched(own[0], study.labels(), f" (configuration {name})", table="settings")
                 # the study's [settings] keys that name a label of this configuration (others: of another one)
                 study = dataclasses.replace(study, settings={k: v for k, v in settings.items() if k in known})
-                overridden = {flag for flag, _ in split_options(study.base)}
+                overridden = {flag for flag, _ in split_options(study.base)} - set(LIST_OPTIONS)  # these add up
                 for key, arguments in study.settings.items():
                     for flag, _ in split_options(arguments):
                         if flag in overridden:
