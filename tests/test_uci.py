@@ -314,6 +314,27 @@ def test_the_likelihood_is_chosen_on_held_out_data_and_a_heteroscedastic_point_t
     assert scores == {"gaussian", "heteroscedastic"}  # both kinds of point were trained and scored
 
 
+def test_with_an_ensemble_each_grid_point_is_scored_as_its_ensemble(folder, tmp_path, monkeypatch):
+    import pyrobnn.cli.grid as grid_module
+    from pyrobnn.guides.empirical import PosteriorDraws
+
+    stacked, scored = [], []
+    fit_replicas, test_report = grid_module.fit_replicas, grid_module.test_report
+    monkeypatch.setattr(grid_module, "fit_replicas", lambda pairs, *a, **k: (stacked.append(pairs),
+                                                                              fit_replicas(pairs, *a, **k))[1])
+    monkeypatch.setattr(grid_module, "test_report", lambda model, guide, held, num_samples, *a, **k: (
+        scored.append((guide, num_samples)), test_report(model, guide, held, num_samples, *a, **k))[1])
+    cfg = _cfg(folder, tmp_path, "--guide", "point", "--estimator", "sample", "--num-samples", "1", "--ensemble", "3",
+               "--grid", "tau=0.5,2")
+    _, selection = select_hyperparameters(cfg, load_data(cfg))
+    assert [len(pairs) for pairs in stacked] == [6]  # 2 points x 3 members, one stack
+    assert len(scored) == 2 and all(isinstance(g, PosteriorDraws) and n == 3 for g, n in scored)
+    for guide, _ in scored:  # three distinct members: their own initialisations
+        first = next(iter(guide.draws().values()))
+        assert len(guide) == 3 and not torch.allclose(first[0], first[1])
+    assert all(math.isfinite(p["log_likelihood"]) for p in selection["points"])
+
+
 def test_grid_protocol_needs_a_data_set_with_one(tmp_path):
     cfg = _parse(["train", "--dataset", "cubic", "--grid", "protocol", "--out", str(tmp_path)])
     with pytest.raises(ValueError, match="no protocol files"):

@@ -9,7 +9,9 @@ ties), and ``metrics.json`` records every point under ``selection``. The protoco
 that the Python and the dispatch of a step cost more than its arithmetic, so the points that differ only in the noise
 precision (``tau``, ``likelihood.scale``: :data:`STACKED`) train at once as one stacked network
 (:func:`~pyrobnn.infer.replicas.fit_replicas`: one recorded step for all of them, each with its own random draws),
-each stack with the recorded step.
+each stack with the recorded step. With ``--ensemble M`` a point is scored as the ensemble it would train: its M
+members (initialised from seeds seed..seed+M-1, trained in the same stack; they share its batches, where the
+final ensemble's members each draw their own) predict as their uniform mixture.
 
 A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
 (``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Literal, Union
 
 import pyro
+import torch
 
 from pyrobnn.cli.build import build, check_run
 from pyrobnn.cli.options import (
@@ -48,6 +51,8 @@ from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
+from pyrobnn.guides.point import point_values
+from pyrobnn.infer.ensemble import EnsembleResult
 from pyrobnn.infer.replicas import fit_replicas
 
 __all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "grid_points", "configured", "replica_groups", "held_out_search",
@@ -233,7 +238,8 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         f"{len(held.x_test)} held out ({score})")
 
     stacks = replica_groups(points)
-    trained: dict[int, tuple] = {}
+    trained: dict[int, list[tuple]] = {}
+    members = max(cfg.posterior.ensemble, 1)  # --ensemble M: each point is scored as the ensemble it would train
 
     def evaluate(run):
         index = next(i for i, r in enumerate(runs) if r is run)
@@ -241,13 +247,20 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
             stack = next(stack for stack in stacks if index in stack)
             pairs = []
             for i in stack:
-                pyro.set_rng_seed(runs[i].optim.seed)  # weight initialisation
-                pairs.append(build(runs[i], held))
+                for m in range(members):
+                    pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of ensemble member m)
+                    pairs.append(build(runs[i], held))
             options = {key: value for key, value in fit_options(runs[stack[0]]).items() if key != "compile"}
             fit_replicas(pairs, held.x_train, held.y_train, **options, device=device)
-            trained.update(zip(stack, pairs))
-        model, guide = trained.pop(index)
-        return test_report(model, guide, held, run.output.num_samples,
+            trained.update((i, pairs[k * members:(k + 1) * members]) for k, i in enumerate(stack))
+        fits = trained.pop(index)
+        model, guide = fits[0]
+        num_samples = run.output.num_samples
+        if members > 1:  # the point's score is its ensemble's: the uniform mixture of the members
+            guide = EnsembleResult(model, {name: torch.stack([point_values(g)[name] for _, g in fits])
+                                           for name in point_values(guide)}).posterior()
+            num_samples = members
+        return test_report(model, guide, held, num_samples,
                            run.optim.seed, moments=run.optim.estimator == "vdp",
                            max_memory=gigabytes(run.output.max_memory))
 

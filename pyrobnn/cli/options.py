@@ -373,7 +373,8 @@ class OptimOptions:
      "option without its dashes (guide.rate, likelihood.scale, prior.scale, lr, ...) or tau, the noise precision in "
      "the target's original units (likelihood.scale = 1 / (sqrt(tau) y_std)); protocol: the data set's own grid "
      "(UCI: tau_values.txt, and dropout_rates.txt for --guide dropout); likelihood=gaussian,heteroscedastic: a "
-     "heteroscedastic point takes no tau. metrics.json's selection has every point.")
+     "heteroscedastic point takes no tau. With --ensemble M each point is scored as its ensemble of M. "
+     "metrics.json's selection has every point.")
 
 
 @dataclass
