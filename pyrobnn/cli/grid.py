@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Literal, Union
 
 import pyro
-import torch
 
 from pyrobnn.cli.build import build, check_run
 from pyrobnn.cli.options import (
@@ -51,7 +50,6 @@ from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.device import resolve_device
-from pyrobnn.guides.point import point_values
 from pyrobnn.infer.ensemble import EnsembleResult
 from pyrobnn.infer.replicas import fit_replicas
 
@@ -257,8 +255,7 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         model, guide = fits[0]
         num_samples = run.output.num_samples
         if members > 1:  # the point's score is its ensemble's: the uniform mixture of the members
-            guide = EnsembleResult(model, {name: torch.stack([point_values(g)[name] for _, g in fits])
-                                           for name in point_values(guide)}).posterior()
+            guide = EnsembleResult.of(model, [member_guide for _, member_guide in fits]).posterior()
             num_samples = members
         return test_report(model, guide, held, num_samples,
                            run.optim.seed, moments=run.optim.estimator == "vdp",

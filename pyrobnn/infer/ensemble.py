@@ -43,6 +43,14 @@ class EnsembleResult:
     draws: dict[str, torch.Tensor]
     histories: list[History] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, model: torch.nn.Module, guides: Sequence, histories: Sequence[History] = ()) -> "EnsembleResult":
+        """The ensemble of trained point-estimate ``guides`` (one per member, in order; :func:`point_values` of
+        each), replayed in ``model``."""
+        values = [point_values(guide) for guide in guides]
+        return cls(model, {name: torch.stack([member[name] for member in values]) for name in values[0]},
+                   list(histories))
+
     def __len__(self) -> int:
         return next(iter(self.draws.values())).shape[0]
 
@@ -112,7 +120,7 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
         raise ValueError("resume=True needs checkpoint=<path of member 0's checkpoint>")
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
-    draws, histories = [], []
+    guides, histories = [], []
     for m in range(members):
         if m > 0:
             pyro.set_rng_seed(seed + m)
@@ -123,6 +131,5 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
                       checkpoint=None if checkpoint is None else member_checkpoint(checkpoint, m), resume=resume,
                       on_epoch_end=[_tag(m), *callbacks], **fit_options)
         histories.append(history)
-        draws.append(point_values(member_guide))
-    stacked = {name: torch.stack([values[name] for values in draws]) for name in draws[0]}
-    return EnsembleResult(model, stacked, histories)
+        guides.append(member_guide)
+    return EnsembleResult.of(model, guides, histories)
