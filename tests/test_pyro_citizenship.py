@@ -275,3 +275,40 @@ def test_weight_sampling_particles_repeat_the_targets_through_the_model():
     obs = trace.nodes["obs"]
     assert obs["value"].shape == (256,) and torch.equal(obs["value"][64:128], data.y_train)
     assert obs["scale"] == pytest.approx(200 / 256)
+
+
+def test_svi_step_reads_the_parameters_directly_with_the_same_loss_and_gradients_as_pyro_param():
+    from pyrobnn.guides.base import direct_parameters
+    from pyrobnn.infer.svi import svi_step
+
+    data = two_moons(n=300, n_train=100, seed=0)
+    model = moons_model()
+    guide = NormalGuide(model, init_rho=-3.0)
+    names = {f"NormalGuide.{role}.{site}" for role in ("locs", "rhos") for site in guide.site_names}
+    # outside svi_step the guide emits a param site per parameter, which is how pyro.infer.SVI finds them
+    messaged = poutine.trace(guide).get_trace()
+    assert {n for n, s in messaged.nodes.items() if s["type"] == "param"} == names
+    with direct_parameters():
+        direct = poutine.trace(guide).get_trace()
+    assert not any(s["type"] == "param" for s in direct.nodes.values())
+    for role in ("locs", "rhos"):  # the same tensors: the store's, which the optimiser steps
+        for site in guide.site_names:
+            with direct_parameters():
+                value = guide.param(site, role)
+            assert value is guide.param(site, role) is pyro.get_param_store()[f"NormalGuide.{role}.{site}"]
+
+    def loss_and_grads(read_directly):
+        pyro.set_rng_seed(3)
+        with (direct_parameters() if read_directly else poutine.block(hide_types=[])):
+            loss = MeanFieldELBO().differentiable_loss(model, guide, data.x_train, data.y_train)
+        grads = torch.autograd.grad(loss, list(guide.parameters()))
+        return loss, grads
+
+    loss, grads = loss_and_grads(False)
+    loss_direct, grads_direct = loss_and_grads(True)
+    assert torch.equal(loss, loss_direct)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_direct))
+    # and a step of svi_step trains the parameters Pyro's param store holds
+    before = {n: pyro.get_param_store()[n].detach().clone() for n in names}
+    svi_step(model, guide, torch.optim.Adam(guide.parameters(), lr=0.01), data.x_train, data.y_train)
+    assert all(not torch.equal(pyro.get_param_store()[n], before[n]) for n in names)

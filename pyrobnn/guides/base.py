@@ -24,7 +24,9 @@ Two guides used side by side take different ``name=`` s (or
 
 from __future__ import annotations
 
-from typing import Callable, Union
+import contextlib
+import contextvars
+from typing import Callable, Iterator, Union
 
 import pyro
 import torch
@@ -32,9 +34,9 @@ from pyro.nn import PyroModule, PyroParam
 
 from pyrobnn._compat import pyro_name
 from pyrobnn.model.conversion import Site
-from pyrobnn.model.param_store import claim
+from pyrobnn.model.param_store import claim, holds
 
-__all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape"]
+__all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape", "direct_parameters"]
 
 
 class _FlatView(torch.autograd.Function):
@@ -63,6 +65,26 @@ def _aliases(flat: torch.Tensor, params: list[torch.Tensor]) -> bool:
     return offset == flat.numel()
 
 InitLoc = Union[str, Callable[[Site], torch.Tensor]]
+
+_DIRECT = contextvars.ContextVar("pyrobnn_direct_parameters", default=False)
+
+
+@contextlib.contextmanager
+def direct_parameters() -> Iterator[None]:
+    """Within this context a :class:`SiteGuide` reads its variational parameters as the ``nn.Parameter`` s
+    themselves, without the ``pyro.param`` message a ``PyroModule`` attribute emits.
+
+    Those messages are how ``pyro.infer.SVI`` finds the parameters to hand to ``pyro.optim``; a loop that holds
+    its own ``torch.optim`` optimiser over ``guide.parameters()`` (:func:`~pyrobnn.infer.svi.svi_step`) does
+    not need them, and they are a large part of a small network's step (a message through every handler on
+    Pyro's stack, and ``PyroModule``'s bookkeeping, per parameter per step). The values are the same tensors
+    (every parameter of a pyrobnn guide is unconstrained), the param store still holds them
+    (:meth:`SiteGuide._claim` runs on every call), and a guide used anywhere else emits its messages as before."""
+    token = _DIRECT.set(True)
+    try:
+        yield
+    finally:
+        _DIRECT.reset(token)
 
 SHARING = ("weight", "row", "layer")
 """How many values a per-weight quantity (a variance, a dropout rate) has: one per weight, one per
@@ -219,28 +241,47 @@ class SiteGuide(PyroModule):
             if not hasattr(module, part):
                 setattr(module, part, PyroModule())
             module = getattr(module, part)
-        setattr(module, attr, PyroParam(value.detach().clone()))
+        setattr(module, attr, PyroParam(value.detach().clone()))  # unconstrained (direct_parameters reads it so)
+
+    def _leaf(self, name: str, role: str) -> tuple[PyroModule, str]:
+        """The module that holds the variational parameter ``role`` of site ``name``, and its attribute there
+        (the ``PyroParam``'s name).
+
+        Found by walking the guide's nested containers once and kept (``PyroModule.__getattr__`` runs Pyro's
+        bookkeeping at every level of the walk, which a training step would otherwise pay for every parameter);
+        the leaf itself is read with ``getattr`` at every use, so it still syncs with Pyro's param store and emits
+        its ``param`` message."""
+        leaves = self.__dict__.setdefault("_leaves", {})
+        leaf = leaves.get((role, name))
+        if leaf is None:
+            module = getattr(self, role)
+            *path, attr = name.split(".")
+            for part in path:
+                module = getattr(module, part)
+            leaf = leaves[role, name] = (module, attr)
+        return leaf
 
     def param(self, name: str, role: str) -> torch.Tensor:
         """The variational parameter ``role`` of site ``name`` (the param store's value inside a guide call)."""
-        module = getattr(self, role)
-        for part in name.split("."):
-            module = getattr(module, part)
-        return module
+        module, attr = self._leaf(name, role)
+        if _DIRECT.get():  # unconstrained: the parameter itself (direct_parameters)
+            return module._parameters[attr + "_unconstrained"]
+        return getattr(module, attr)
 
     def _claim(self) -> None:
         """Make Pyro's param store hold this guide's parameters under its names (:func:`pyrobnn.model.param_store.
         claim`): values loaded into the store, before or after the guide was built, are adopted in place; entries
         of another pyrobnn guide of the same name are replaced."""
+        owner = None
         for fullname, role, site in self._params:
-            claim(fullname, self._unconstrained(site, role), f"{type(self).__name__} {pyro_name(self)!r}")
+            own = self._unconstrained(site, role)
+            if not holds(fullname, own):
+                owner = owner or f"{type(self).__name__} {pyro_name(self)!r}"
+                claim(fullname, own, owner)
 
     def _unconstrained(self, name: str, role: str) -> torch.Tensor:
         """The ``nn.Parameter`` behind the variational parameter ``role`` of site ``name``."""
-        module = getattr(self, role)
-        *path, attr = name.split(".")
-        for part in path:
-            module = getattr(module, part)
+        module, attr = self._leaf(name, role)
         return module._parameters[attr + "_unconstrained"]
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:

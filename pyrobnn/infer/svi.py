@@ -42,6 +42,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pyrobnn.checks import check_labels, choice, nonnegative, nonnegative_int, positive_int
 from pyrobnn.device import device_of, resolve_device
+from pyrobnn.guides.base import direct_parameters
 from pyrobnn.handlers import ESTIMATORS, kl_annealing
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.node_draws import check_components
@@ -414,12 +415,13 @@ def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, 
     arithmetic = _precision(precision, x.device)
     rows = x.shape[0] if rows is None else rows
     try:
-        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), \
+        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), direct_parameters(), \
                 estimator_handler(estimator, num_particles, rows) as handler, \
                 mismatched_rows_unsupported(handler.particles):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
-        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), estimator_handler(estimator, 1, rows):
+        with arithmetic, kl_annealing(beta=beta, validate=validate_beta), direct_parameters(), \
+                estimator_handler(estimator, 1, rows):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     return terms
 

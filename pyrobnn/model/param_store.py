@@ -20,7 +20,7 @@ import weakref
 import pyro
 import torch
 
-__all__ = ["claim", "is_owned"]
+__all__ = ["claim", "holds", "is_owned"]
 
 _OWNED: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
 """Every tensor a pyrobnn guide or model has put in Pyro's param store, by id."""
@@ -29,6 +29,13 @@ _OWNED: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDict
 def is_owned(value: torch.Tensor) -> bool:
     """Whether ``value`` was put in the param store by a pyrobnn guide or model."""
     return _OWNED.get(id(value)) is value
+
+
+def holds(fullname: str, own: torch.Tensor) -> bool:
+    """Whether Pyro's param store already holds ``own`` under ``fullname`` (what :func:`claim` ensures): one
+    dictionary lookup, for the check every training step makes (the store's ``_params``, which ``PyroModule``
+    reads too; its public ``__getitem__`` also builds the constrained value)."""
+    return pyro.get_param_store()._params.get(fullname) is own
 
 
 def claim(fullname: str, own: torch.Tensor, owner: str) -> None:
