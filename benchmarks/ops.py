@@ -17,6 +17,8 @@ A prediction pass is one posterior draw of the network on the batch, without gra
 synchronisation is an operation whose result the host must wait for: ``aten._local_scalar_dense``
 (``.item()``, ``bool(t)``, ``float(t)``), ``aten.nonzero`` and the other data-dependent shapes, and a
 copy to the CPU from another device (``.cpu()``, ``.tolist()``; on a CPU run there is none to count).
+Python function calls per step (``sys.setprofile``: calls of Python functions and of builtins) measure the
+interpreter's share, which no operation count sees: Pyro's messages, ``PyroModule`` attribute reads, handlers.
 
 ``python benchmarks/ops.py [--networks mlp400 ...] [--json ops.json]`` prints the table and writes JSON.
 """
@@ -27,6 +29,7 @@ import argparse
 import collections
 import copy
 import json
+import sys
 from typing import Callable
 
 import pyro
@@ -105,6 +108,25 @@ def count(fn: Callable[[], object], warmup: int = 2) -> OpCounter:
     with OpCounter() as counter:
         fn()
     return counter
+
+
+def python_calls(fn: Callable[[], object], warmup: int = 2) -> int:
+    """The Python function calls (of Python functions and of builtins, as cProfile counts them) of one call of
+    ``fn`` after ``warmup`` calls: the interpreter's share of a step, which no operation count sees."""
+    for _ in range(warmup):
+        fn()
+    calls = 0
+
+    def profile(frame, event, arg):
+        nonlocal calls
+        calls += event == "call" or (event == "c_call" and arg is not sys.setprofile)  # not the closing one
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 def bayesian_torch_step(net: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None] | None:
@@ -202,7 +224,8 @@ def _pyrobnn_pass(model, guide, x, estimator: str):
 
 
 def measure(name: str, device: torch.device, batch: int = 128, methods=METHODS) -> dict[str, dict]:
-    """Per method: ``step_ops``, ``step_syncs``, ``predict_ops``, ``predict_syncs`` and the ops by name."""
+    """Per method: ``step_ops``, ``step_syncs``, ``step_python_calls``, ``predict_ops``, ``predict_syncs`` and the ops
+    by name."""
     x = torch.rand((batch,) + NETWORKS[name][1], device=device)
     y = torch.randint(0, 10, (batch,), device=device)
     pyro.clear_param_store()
@@ -211,7 +234,7 @@ def measure(name: str, device: torch.device, batch: int = 128, methods=METHODS) 
         for method, step in training_steps(name, x, y, methods).items():
             counter = count(step)
             result[method] = {"step_ops": counter.total, "step_syncs": sum(counter.syncs.values()),
-                              "step_by_op": dict(counter.ops.most_common())}
+                              "step_python_calls": python_calls(step), "step_by_op": dict(counter.ops.most_common())}
         for method, run in prediction_passes(name, x, methods).items():
             counter = count(run)
             result[method].update(predict_ops=counter.total, predict_syncs=sum(counter.syncs.values()))
@@ -223,7 +246,8 @@ def print_table(figures: dict[str, dict[str, dict]]) -> None:
     from rich.table import Table
 
     methods = [m for m in METHODS if any(m in f for f in figures.values())]
-    table = Table(title="ATen ops per training step / per prediction pass [host syncs per step], batch 128")
+    table = Table(title="ATen ops per training step / per prediction pass [host syncs per step] (Python calls per "
+                        "step)")
     table.add_column("network")
     for method in methods:
         table.add_column(method, justify="right")
@@ -237,7 +261,8 @@ def print_table(figures: dict[str, dict[str, dict]]) -> None:
             if m in COUNTERPART and COUNTERPART[m] in f:
                 mark = " ≤" if f[m]["step_ops"] <= f[COUNTERPART[m]]["step_ops"] else " >"
             predict = f"/{f[m]['predict_ops']}" if "predict_ops" in f[m] else ""
-            cells.append(f"{f[m]['step_ops']}{predict} [{f[m]['step_syncs']}]{mark}")
+            calls = f" ({f[m]['step_python_calls']})" if "step_python_calls" in f[m] else ""
+            cells.append(f"{f[m]['step_ops']}{predict} [{f[m]['step_syncs']}]{calls}{mark}")
         table.add_row(name, *cells)
     console = Console(width=200)
     console.print(table)

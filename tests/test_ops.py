@@ -29,6 +29,18 @@ def test_the_counter_counts_each_dispatched_operation_and_each_host_read():
     assert dict(counter.syncs) == {"aten._local_scalar_dense": 1}
 
 
+def test_python_calls_counts_each_call_of_a_python_function_or_a_builtin():
+    def inner(values):
+        return len(values)
+
+    def step():
+        inner([1])
+        inner([2, 3])
+
+    assert ops.python_calls(step, warmup=0) == 5  # step, inner twice, len twice
+    assert ops.python_calls(lambda: None, warmup=0) == 1
+
+
 def _model_guide(prior=None, seed=0):
     torch.manual_seed(seed)
     model = BayesianNetwork(MLP(5, (7, 4), 3), prior=prior, num_data=50)

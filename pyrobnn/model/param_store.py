@@ -41,10 +41,10 @@ def holds(fullname: str, own: torch.Tensor) -> bool:
 def claim(fullname: str, own: torch.Tensor, owner: str) -> None:
     """Make Pyro's param store hold ``own`` (an unconstrained ``nn.Parameter``) under ``fullname``, adopting the
     values of an entry loaded there first (module docstring). ``owner`` names the object in errors."""
+    if holds(fullname, own):  # every step's case
+        return
     store = pyro.get_param_store()
     held = store[fullname] if fullname in store else None  # pyrobnn's parameters are unconstrained (real)
-    if held is own:
-        return
     if held is not None and not is_owned(held):
         if held.shape != own.shape:
             raise ValueError(
