@@ -113,7 +113,9 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     replays it (:class:`_RecordedStep`): ``"trace"`` (:data:`TRACE`) replays it as recorded (the eager numbers
     without the per-step Python), True or the name of a ``torch.compile`` backend compiles it (one graph, no
     breaks at Pyro's sites). The returned terms are then not differentiable (the gradient is already taken). The
-    update is skipped (and the terms returned) when the loss is not finite.
+    update is skipped (and the terms returned) when the loss is not finite. A pyrobnn guide reads its parameters
+    without ``pyro.param`` messages here (:func:`~pyrobnn.guides.base.direct_parameters`): ``optim`` already holds
+    them, and the messages are a large part of a small network's step.
     """
     check_objective(estimator, num_particles, elbo)
     args = (model, guide, x, y, elbo, beta, estimator, num_particles, precision)
