@@ -34,7 +34,7 @@ from pyro.nn import PyroModule, PyroParam
 
 from pyrobnn._compat import pyro_name
 from pyrobnn.model.conversion import Site
-from pyrobnn.model.param_store import claim, holds
+from pyrobnn.model.param_store import claim
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape", "direct_parameters"]
 
@@ -263,21 +263,18 @@ class SiteGuide(PyroModule):
 
     def param(self, name: str, role: str) -> torch.Tensor:
         """The variational parameter ``role`` of site ``name`` (the param store's value inside a guide call)."""
-        module, attr = self._leaf(name, role)
         if _DIRECT.get():  # unconstrained: the parameter itself (direct_parameters)
-            return module._parameters[attr + "_unconstrained"]
+            return self._unconstrained(name, role)
+        module, attr = self._leaf(name, role)
         return getattr(module, attr)
 
     def _claim(self) -> None:
         """Make Pyro's param store hold this guide's parameters under its names (:func:`pyrobnn.model.param_store.
         claim`): values loaded into the store, before or after the guide was built, are adopted in place; entries
         of another pyrobnn guide of the same name are replaced."""
-        owner = None
+        owner = f"{type(self).__name__} {pyro_name(self)!r}"
         for fullname, role, site in self._params:
-            own = self._unconstrained(site, role)
-            if not holds(fullname, own):
-                owner = owner or f"{type(self).__name__} {pyro_name(self)!r}"
-                claim(fullname, own, owner)
+            claim(fullname, self._unconstrained(site, role), owner)
 
     def _unconstrained(self, name: str, role: str) -> torch.Tensor:
         """The ``nn.Parameter`` behind the variational parameter ``role`` of site ``name``."""
