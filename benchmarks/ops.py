@@ -185,8 +185,21 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
 def compiled_step(name: str, x: torch.Tensor, y: torch.Tensor, estimator: str = "sample",
                   compile: bool | str = True) -> Callable[[], object]:
     """pyrobnn's step of ``estimator`` on network ``name`` (as :func:`training_steps`'), with ``compile`` (True:
-    ``torch.compile``; ``"trace"``: :data:`pyrobnn.infer.svi.TRACE`)."""
+    ``torch.compile``; ``"trace"``: :data:`pyrobnn.infer.svi.TRACE`); ``estimator="det"``: the plain PyTorch step
+    with the network under ``torch.compile`` (its forward and backward compiled), the baseline of compiled steps."""
     torch.manual_seed(0)
+    if estimator == "det":
+        net = NETWORKS[name][0]().to(x.device)
+        forward = torch.compile(net)
+        optim = make_optimizer(net.parameters())
+
+        def step():
+            loss = F.cross_entropy(forward(x), y)
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            optim.step()
+
+        return step
     model = BayesianNetwork(NETWORKS[name][0](), Categorical(vdp_objective="cross_entropy"),
                             num_data=NUM_DATA).to(x.device)
     guide = NormalGuide(model, name=f"{estimator}_compiled_{compile}").to(x.device)

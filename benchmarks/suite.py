@@ -11,7 +11,9 @@ alike):
   Salimans & Welling 2015; flipout, Wen et al. 2018; VDP++ moments), stepped by :func:`pyrobnn.infer.svi.svi_step`;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (skipped when not installed);
 - ``torch_bbb``: the hand-written Bayes-by-Backprop floor (``benchmarks/speed.py``, no Pyro);
-- ``bbb_compiled``: ``bbb`` with ``svi_step(compile=True)`` (``--compiled``: the networks to compile it on);
+- ``<method>_compiled``: the methods of ``--compiled-methods`` (default ``bbb``) with ``svi_step(compile=True)``,
+  and ``det_compiled``, the plain step of the network under ``torch.compile``, their baseline (``--compiled``: the
+  networks to compile them on);
 - ``bbb_traced``: ``bbb`` with ``svi_step(compile="trace")``, the step's operations recorded once and replayed
   (:data:`pyrobnn.infer.svi.TRACE`), on every network.
 
@@ -28,7 +30,7 @@ import json
 
 import pyro
 import torch
-from ops import METHODS, NETWORKS, compiled_step, count, training_steps
+from ops import ESTIMATOR_OF, METHODS, NETWORKS, compiled_step, count, training_steps
 
 from pyrobnn.analysis.cost import peak_memory, time_steps
 
@@ -41,7 +43,8 @@ def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -
     with pyro.validation_enabled(False):
         methods = training_steps(name, x, y)
         if compiled:
-            methods["bbb_compiled"] = compiled_step(name, x, y)
+            for method in ("det", *args.compiled_methods):
+                methods[f"{method}_compiled"] = compiled_step(name, x, y, ESTIMATOR_OF.get(method, "det"))
         methods["bbb_traced"] = compiled_step(name, x, y, compile="trace")
         ms = time_steps(methods, rounds=args.rounds, repeats=args.steps, warmup=3, device=device)
         entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
@@ -49,7 +52,7 @@ def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -
         for method, step in methods.items():
             if not args.no_memory:
                 entry[f"{method}_mib"] = round(peak_memory(step, device), 1)
-            if method != "bbb_compiled":  # compiled kernels bypass the dispatcher the counter sees
+            if not method.endswith("_compiled"):  # compiled kernels bypass the dispatcher the counter sees
                 entry[f"{method}_ops"] = count(step, warmup=0).total
     return entry
 
@@ -60,7 +63,8 @@ def print_table(title: str, figures: dict) -> None:
 
     table = Table(title=title)
     table.add_column("network")
-    methods = [m for m in (*METHODS, "bbb_compiled", "bbb_traced") if any(f"{m}_ms" in f for f in figures.values())]
+    compiled = [f"{m}_compiled" for m in ("det", *ESTIMATOR_OF)]
+    methods = [m for m in (*METHODS, *compiled, "bbb_traced") if any(f"{m}_ms" in f for f in figures.values())]
     for method in methods:
         table.add_column(method, justify="right")
     for name, f in figures.items():
@@ -84,7 +88,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--networks", nargs="+", choices=tuple(NETWORKS), default=tuple(NETWORKS))
     parser.add_argument("--compiled", nargs="*", choices=tuple(NETWORKS), default=["mlp400"],
-                        help="networks on which bbb is also timed with compile=True")
+                        help="networks on which the --compiled-methods (and det) are also timed compiled")
+    parser.add_argument("--compiled-methods", nargs="*", choices=tuple(ESTIMATOR_OF), default=["bbb"],
+                        help="pyrobnn's methods timed with compile=True on the --compiled networks")
     parser.add_argument("--small-batch", type=int, default=16, help="batch of the overhead-bound regime (0: skip)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), default=None,
@@ -102,8 +108,8 @@ def main():
             figures[f"mlp400_b{args.small_batch}"] = measure("mlp400", torch.device(device), args, args.small_batch,
                                                              compiled="mlp400" in args.compiled)
         result[device] = figures
-        print_table(f"{device}: ms per step (x det) [peak MiB] ATen ops per step; batch 128 "
-                    f"(mlp400_b{args.small_batch}: batch {args.small_batch})", figures)
+        small = f" (mlp400_b{args.small_batch}: batch {args.small_batch})" if args.small_batch else ""
+        print_table(f"{device}: ms per step (x det) [peak MiB] ATen ops per step; batch 128{small}", figures)
     print(json.dumps(result))
 
 
