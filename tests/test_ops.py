@@ -123,3 +123,23 @@ def test_a_step_dispatches_no_more_operations_than_bayesian_torch_and_reads_noth
     ours, theirs = counts[method], counts[ops.COUNTERPART[method]]
     assert ours.total <= theirs.total, (ours.ops, theirs.ops)
     assert not ours.syncs
+
+
+def test_the_suite_reports_every_method_and_its_ratio_to_det(monkeypatch, capsys):
+    """benchmarks/suite.py end to end at the smallest size: one network, one round, the traced step, no compiler."""
+    import json
+
+    import suite
+
+    monkeypatch.setattr(sys, "argv", ["suite.py", "--devices", "cpu", "--networks", "mlp400", "--compiled",
+                                      "--small-batch", "0", "--rounds", "1", "--steps", "1", "--no-memory",
+                                      "--threads", "1"])
+    suite.main()
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cpu"]["mlp400"]
+    methods = [m for m in ops.METHODS if m in ("det", "torch_bbb", *ops.ESTIMATOR_OF)] + ["bbb_traced"]
+    for method in methods:
+        assert figures[f"{method}_ms"] > 0 and figures[f"{method}_ops"] > 0
+        if method != "det":
+            assert figures[f"{method}_ratio"] == pytest.approx(figures[f"{method}_ms"] / figures["det_ms"], abs=0.011)
+    assert figures["bbb_ops"] < figures["torch_bbb_ops"]
+    assert not any(key.endswith("_compiled_ms") for key in figures)
