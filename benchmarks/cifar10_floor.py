@@ -5,7 +5,8 @@ The same network (:func:`pyrobnn.networks.build_net`), data (``load_dataset("cif
 JPEG copy offline) and augmentation (:class:`pyrobnn.data.augment.ImageAugment`: pad-4 crop and flip on the
 device) as the example; the recipe is the example's by default: SGD with Nesterov momentum 0.9 on the mean
 cross-entropy, a linear warm-up over the first epoch, a cosine rate, weight decay on the convolution and linear
-weights only (the example's Gaussian prior covers those), bf16 autocast and channels-last on CUDA. If this script
+weights (the example's Gaussian prior also covers their biases; ResNet-18's only one is the classifier's 10), none on
+BatchNorm, bf16 autocast and channels-last on CUDA. If this script
 reaches accuracy A in E epochs and the example's ``det`` does not, the gap is pyrobnn's; if neither does, it is the
 recipe, the epochs or the data.
 
