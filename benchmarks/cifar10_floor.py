@@ -56,7 +56,7 @@ def main(argv=None):
     net = build_net(args.model, (3, 32, 32), 10, width=args.width).to(device)
     if cuda:
         net = net.to(memory_format=torch.channels_last)
-    decayed = [w for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) for w in [m.weight]]
+    decayed = [m.weight for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     ids = {id(w) for w in decayed}
     rest = [q for q in net.parameters() if id(q) not in ids]
     opt = torch.optim.SGD([{"params": decayed, "weight_decay": args.wd}, {"params": rest, "weight_decay": 0.0}],

@@ -44,7 +44,6 @@ from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.analysis.cost import training_step
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.infer.optim import make_optimizer
-from pyrobnn.infer.svi import svi_step
 from pyrobnn.model.likelihoods import Categorical
 from pyrobnn.networks import MLP, LeNet5
 from pyrobnn.networks.resnet import resnet18
@@ -188,23 +187,8 @@ def compiled_step(name: str, x: torch.Tensor, y: torch.Tensor, estimator: str = 
     ``torch.compile``; ``"trace"``: :data:`pyrobnn.infer.svi.TRACE`); ``estimator="det"``: the plain PyTorch step
     with the network under ``torch.compile`` (its forward and backward compiled), the baseline of compiled steps."""
     torch.manual_seed(0)
-    if estimator == "det":
-        net = NETWORKS[name][0]().to(x.device)
-        forward = torch.compile(net)
-        optim = make_optimizer(net.parameters())
-
-        def step():
-            loss = F.cross_entropy(forward(x), y)
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-
-        return step
-    model = BayesianNetwork(NETWORKS[name][0](), Categorical(vdp_objective="cross_entropy"),
-                            num_data=NUM_DATA).to(x.device)
-    guide = NormalGuide(model, name=f"{estimator}_compiled_{compile}").to(x.device)
-    optim = make_optimizer(guide.parameters())
-    return lambda: svi_step(model, guide, optim, x, y, estimator=estimator, compile=compile)
+    return training_step(NETWORKS[name][0](), x, y, estimator, num_data=NUM_DATA,
+                         name=f"{estimator}_compiled_{compile}", compile=compile)
 
 
 def prediction_passes(name: str, x: torch.Tensor, methods=METHODS) -> dict[str, Callable[[], object]]:

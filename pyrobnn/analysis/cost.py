@@ -111,7 +111,7 @@ def time_steps(steps: dict[str, Callable[[], object]], rounds: int = 5, repeats:
 
 def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method: str = "det",
                   share: str = "weight", num_data: int = 60000, prior=None,
-                  name: str | None = None) -> Callable[[], object]:
+                  name: str | None = None, compile: bool | str = False) -> Callable[[], object]:
     """A closure performing one Adam step on ``(x, y)`` with a copy of ``net``.
 
     ``method`` is ``"det"`` (plain PyTorch cross-entropy) or a key of
@@ -120,14 +120,18 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
     weight or per output unit), stepped by :func:`pyrobnn.infer.svi.svi_step`, which runs the model
     under that estimator's handler (:func:`pyrobnn.handlers.estimator`), as the training loop does.
     ``name`` prefixes the guide's parameters in Pyro's param store (default ``"<method>_step"``);
-    steps timed side by side with the same estimator take different names.
+    steps timed side by side with the same estimator take different names. ``compile`` is
+    :func:`~pyrobnn.infer.svi.svi_step`'s; for ``"det"``, True runs the network under ``torch.compile``.
     """
     net = copy.deepcopy(net).to(x.device)
     if method == "det":
+        if compile not in (False, True):
+            raise ValueError(f"compile for the det step is True or False, got {compile!r}")
         optim = make_optimizer(net.parameters())
+        forward = torch.compile(net) if compile else net
 
         def step():
-            loss = F.cross_entropy(net(x), y)
+            loss = F.cross_entropy(forward(x), y)
             optim.zero_grad(set_to_none=True)
             loss.backward()
             optim.step()
@@ -139,7 +143,7 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
                             num_data=num_data).to(x.device)
     guide = NormalGuide(model, share=share, name=f"{method}_step" if name is None else name).to(x.device)
     optim = make_optimizer(guide.parameters())
-    return lambda: svi_step(model, guide, optim, x, y, estimator=method)
+    return lambda: svi_step(model, guide, optim, x, y, estimator=method, compile=compile)
 
 
 def compare_training_cost(net: torch.nn.Module, input_shape: tuple[int, ...], num_classes: int,
