@@ -30,8 +30,9 @@ same data, and every predictive is compared with NUTS's (SPEC section 6):
   trees saturate and its chains do not mix within the budget (with ``--sinusoid-noise 0.058`` they do).
 
 The model: every weight and bias is Bayesian, with the fan-in-scaled Gaussian prior N(0, c²/fan_in)
-on weights (c = √2, He et al. 2015, ``--prior-scale``: the prior function keeps its scale through ReLU
-layers, which N(0, 1) does not with 256 units per layer) and N(0, 1) on biases (``--bias-scale``).
+on weights (``GaussianPrior(scale=c, fan_in=True)``; c = √2, He et al. 2015, ``--prior-scale``: the prior
+function keeps its scale through ReLU layers, which N(0, 1) does not with 256 units per layer) and N(0, 1)
+on biases (``--bias-scale``).
 Two moons take c = 3 (``--moons-prior-scale``): its labels are nearly noise-free, and the posterior
 predictive is only as confident as the prior lets the logits be (NUTS's test log-likelihood,
 150 + 150 draws: -0.28 at c = √2, -0.19 at c = 2, -0.09 at c = 3; larger c costs longer trajectories).
@@ -116,6 +117,7 @@ from pyrobnn import (
     Categorical,
     DropoutGuide,
     Gaussian,
+    GaussianPrior,
     LogUniformPrior,
     MixtureNodeGuide,
     MultiplicativeDropoutGuide,
@@ -126,9 +128,8 @@ from pyrobnn import (
 from pyrobnn.analysis.metrics import classification_metrics, regression_metrics
 from pyrobnn.cli.options import COMPILE_MODES
 from pyrobnn.data import cubic, sinusoid, two_moons
-from pyrobnn.distributions import IsotropicNormal
 from pyrobnn.handlers.moments import Moments
-from pyrobnn.infer.mcmc import FlatPotential, sample_posterior
+from pyrobnn.infer.mcmc import sample_posterior
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predict, predict_moments
 from pyrobnn.infer.schedules import Constant, LinearWarmup
@@ -141,19 +142,6 @@ METHODS = ("bbb", "dense", "additive", "multiplicative", "mcdropout", "ibnn", "v
 Z95 = 1.959964
 console = Console(width=160)
 START = time.perf_counter()  # after the imports (torch and pyro: about 2 s)
-
-
-@dataclass(frozen=True)
-class FanInGaussianPrior(Prior):
-    r"""N(0, scale²/fan_in) on each weight matrix (fan_in = its second dimension), N(0, bias_scale²) on
-    each bias: a proper Gaussian prior whose function scale does not grow with the width."""
-
-    scale: float = math.sqrt(2.0)
-    bias_scale: float = 1.0
-
-    def __call__(self, reference):
-        sigma = self.scale / math.sqrt(reference[0].numel()) if reference.dim() >= 2 else self.bias_scale
-        return IsotropicNormal(0.0, sigma, reference.shape, device=reference.device, dtype=reference.dtype)
 
 
 @dataclass
@@ -238,7 +226,7 @@ def other_model(method: str, args) -> bool:
 def prior_of(problem: Problem, method: str, args) -> Prior:
     if log_uniform(method, args):
         return LogUniformPrior()
-    return FanInGaussianPrior(problem.prior_scale, args.bias_scale)
+    return GaussianPrior(0.0, problem.prior_scale, fan_in=True, bias_scale=args.bias_scale)
 
 
 def build(problem: Problem, method: str, net, args, tag: str):
@@ -275,26 +263,12 @@ def train_guide(problem: Problem, method: str, net, args, tag: str):
     return model, guide, time.perf_counter() - tick
 
 
-def map_init(model, x, y, steps: int, lr: float = 1e-2) -> None:
-    """Move the network's weights (where NUTS starts) to the MAP estimate of the posterior."""
-    potential = FlatPotential(model, x, y)
-    theta = potential.initial().clone().requires_grad_()
-    optim = torch.optim.Adam([theta], lr=lr)
-    for _ in range(steps):
-        optim.zero_grad()
-        potential({"weights": theta}).backward()
-        optim.step()
-    with torch.no_grad():
-        for site, value in zip(model.sites(), potential.unflatten(theta.detach()).values()):
-            site.init.copy_(value)
-
-
 def run_nuts(problem: Problem, net, args, *, samples, warmup, chains, tree_depth):
     model = BayesianNetwork(copy.deepcopy(net), problem.likelihood(), prior=prior_of(problem, "nuts", args))
     tick = time.perf_counter()
-    map_init(model, problem.x_train, problem.y_train, args.map_steps)
     result = sample_posterior(model, problem.x_train, problem.y_train, num_samples=samples, warmup=warmup,
-                              num_chains=chains, seed=args.seed, target_accept=args.target_accept,
+                              num_chains=chains, seed=args.seed, map_steps=args.map_steps,
+                              target_accept=args.target_accept,
                               max_tree_depth=tree_depth, sampler=args.sampler, compiler=args.compiler,
                               jit=args.jit)
     return model, result, time.perf_counter() - tick

@@ -8,6 +8,8 @@ option that reaches its object under another name (``--guide.components`` did) f
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pyrobnn.checkpoint import save_checkpoint
@@ -36,6 +38,8 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--init-from": (["{pretrained}"], []),
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
+    "--prior.fan-in": ([], []),
+    "--prior.bias-scale": (["0.5"], []),
     "--prior.mode": (["out"], ["--prior", "node", "--guide", "mixture-node"]),
     "--prior.bias": ([], ["--prior", "node", "--guide", "mixture-node"]),
     "--prior.pi": (["0.5"], ["--prior", "scale-mixture"]),
@@ -111,6 +115,8 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--init-from": None,  # NUTS starts from the seeded initial weights
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
+    "--prior.fan-in": ([], []),
+    "--prior.bias-scale": (["0.5"], []),
     "--prior.mode": None,  # node priors are refused by mcmc (test_cli)
     "--prior.bias": None,
     "--prior.pi": (["0.5"], ["--prior", "scale-mixture"]),
@@ -126,6 +132,7 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--target-accept": (["0.9"], []),
     "--max-tree-depth": (["4"], []),
     "--init-jitter": (["0.1"], []),
+    "--map-steps": (["5"], []),
     "--sampler": (["pyro"], []),
     "--compiler": (["script"], []),
     "--jit": ([], []),
@@ -197,6 +204,23 @@ def test_guide_components_reaches_the_mixture_guide(tmp_path):
     check_run(cfg)
     _, guide = build(cfg, load_data(cfg))
     assert guide.num_components == 8
+
+
+def test_prior_fan_in_scales_each_weight_matrix_and_bias_scale_the_biases(tmp_path):
+    """--prior.fan-in --prior.scale 2 --prior.bias-scale 0.5: N(0, 4 / fan_in) on every weight matrix, N(0, 0.25) on
+    every bias; with another prior the options are refused."""
+    cfg = _parse(["train", *TOY, "--prior.fan-in", "--prior.scale", "2", "--prior.bias-scale", "0.5", "--out",
+                  str(tmp_path)])
+    check_run(cfg)
+    model, _ = build(cfg, load_data(cfg))
+    scales = {site.name: (site.shape, site.prior_distribution().scale) for site in model.sites()}
+    assert len(scales) >= 4
+    for name, (shape, scale) in scales.items():
+        expected = 0.5 if len(shape) == 1 else 2 / math.sqrt(math.prod(shape[1:]))
+        assert scale == pytest.approx(expected), name
+    with pytest.raises(ValueError, match="--prior.fan-in does not apply to --prior scale-mixture"):
+        build(_parse(["train", *TOY, "--prior", "scale-mixture", "--prior.fan-in", "--out", str(tmp_path)]),
+              load_data(cfg))
 
 
 def test_guide_rates_set_the_rate_of_each_layer_and_bad_entries_are_refused_before_training(tmp_path):

@@ -120,6 +120,29 @@ def test_initial_and_unflatten_round_trip():
     assert torch.equal(torch.cat([v.flatten(2) for v in parts.values()], -1), batch)
 
 
+def test_mode_is_the_ridge_solution_and_chains_start_there():
+    r"""Gaussian prior N(0, s^2) and likelihood N(y; X beta, sigma^2): the MAP estimate is the ridge solution
+    (X^T X / sigma^2 + I / s^2)^{-1} X^T y / sigma^2 (X with a column of ones); ``map_steps`` starts every chain
+    there, plus its jitter."""
+    n, sigma, s = 30, 0.5, 0.7
+    model, x, y = _regression(n, prior=GaussianPrior(0.0, s))
+    model.likelihood = Gaussian(sigma)
+    potential = FlatPotential(model, x, y)
+    design = torch.cat([x, torch.ones(n, 1)], 1).double()
+    ridge = torch.linalg.solve(design.T @ design / sigma**2 + torch.eye(3, dtype=torch.float64) / s**2,
+                               design.T @ y.double().squeeze(1) / sigma**2)
+    start = potential.initial()
+    mode = potential.mode(start, 3000, lr=0.02)
+    assert torch.allclose(mode.double(), ridge, atol=1e-3) and not torch.allclose(start.double(), ridge, atol=0.1)
+    assert torch.equal(potential.initial(), start)  # the network's own weights are not moved
+    far = torch.full((3,), 5.0)  # one draw of one leapfrog step from far away stays far; from the mode, near it
+    for steps, near in ((0, False), (3000, True)):
+        result = sample_posterior(model, x, y, num_samples=1, warmup=0, num_chains=2, initial=far, map_steps=steps,
+                                  max_tree_depth=1, seed=0, sampler="batched")
+        first = torch.cat([result.draws["net.weight"].flatten(2), result.draws["net.bias"]], -1)[:, 0].double()
+        assert bool(((first - ridge).norm(dim=-1) < 1.0).all()) is near, first
+
+
 # ----------------------------------------------------------------------------- 2. linear regression
 
 
@@ -329,6 +352,8 @@ def _regression(n=8, prior=None, deterministic=False):
     ({"init_jitter": -0.1}, "init_jitter"),
     ({"target_accept": 1.0}, "target_accept"),
     ({"max_tree_depth": 0}, "max_tree_depth"),
+    ({"map_steps": -1}, r"map_steps must be an integer >= 0"),
+    ({"map_steps": 1.5}, r"map_steps must be an integer >= 0"),
     ({"initial": torch.zeros(4)}, r"initial must be a tensor of shape \(3,\) or \(2, 3\)"),
     ({"initial": torch.zeros(3, 3)}, r"initial must be a tensor of shape"),
     ({"initial": torch.tensor([0.0, math.nan, 0.0])}, "initial weights must be finite"),

@@ -98,6 +98,31 @@ def test_gaussian_prior_follows_reference_dtype_and_shape():
     assert abs(sample.std().item() - 2.0) < 4 * 2.0 / math.sqrt(2 * sample.numel())
 
 
+def test_fan_in_gaussian_prior_scales_each_weight_tensor_by_its_fan_in():
+    """fan_in=True: N(loc, scale^2 / fan_in) on a weight of fan-in n (a Linear's in_features, a Conv's
+    in_channels * kernel area), N(loc, bias_scale^2) on a bias; the ELBO's KL is the closed form with those scales."""
+    prior = GaussianPrior(0.1, math.sqrt(2.0), fan_in=True, bias_scale=0.5)
+    w = torch.linspace(-2, 2, 120, dtype=torch.float64)
+    for shape, n in (((3, 20), 20), ((4, 2, 3, 5), 30)):
+        got = prior(torch.zeros(shape, dtype=torch.float64)).log_prob(w[:math.prod(shape)].reshape(shape))
+        sigma = math.sqrt(2.0 / n)
+        assert got.item() == pytest.approx(sum(gauss_logpdf(v, 0.1, sigma) for v in w[:math.prod(shape)].tolist()),
+                                           rel=1e-12)
+    bias = prior(torch.zeros(4, dtype=torch.float64)).log_prob(w[:4])
+    assert bias.item() == pytest.approx(sum(gauss_logpdf(v, 0.1, 0.5) for v in w[:4].tolist()), rel=1e-12)
+    assert GaussianPrior(0.0, 2.0, fan_in=True)(torch.zeros(3)).scale == 2.0  # biases default to scale
+    assert GaussianPrior(0.0, 2.0)(torch.zeros(3, 50)).scale == 2.0  # without fan_in, as before
+    torch.manual_seed(3)
+    model = BayesianNetwork(nn.Sequential(nn.Linear(20, 3)), prior=prior, num_data=20)
+    guide = NormalGuide(model, init_rho=-1.0)
+    expected = 0.0
+    for site, scale_p in zip(model.sites(), (math.sqrt(2.0 / 20), 0.5)):
+        mu, sigma = guide.loc_scale(site.name)
+        expected += kl_formula(mu.detach().numpy(), sigma.detach().numpy(), 0.1, scale_p)
+    kl = MeanFieldELBO().terms(model, guide, torch.randn(5, 20), torch.tensor([0, 1, 2, 1, 0])).kl.item()
+    assert kl == pytest.approx(expected, rel=1e-5)
+
+
 # ----------------------------------------------------------------------------- scale mixture
 
 
@@ -382,6 +407,8 @@ def test_the_registry_names_every_prior_class_and_each_builds_a_prior_of_the_ref
         (dict(scale=float("inf")), "scale"),
         (dict(loc=float("nan")), "loc"),
         (dict(loc=float("inf")), "loc"),
+        (dict(bias_scale=0.0), "bias_scale"),
+        (dict(fan_in=True, bias_scale=-2.0), "bias_scale"),
     ],
 )
 def test_gaussian_prior_rejects_invalid_arguments(kwargs, name):

@@ -37,7 +37,17 @@ from pyrobnn.cli.options import (
     api_value,
     mcmc_dataset,
 )
-from pyrobnn.cli.report import console, diagnostics_table, draws_shape, json_safe, metrics_table, say, shown, warn
+from pyrobnn.cli.report import (
+    console,
+    diagnostics_table,
+    draws_shape,
+    json_safe,
+    metrics_table,
+    prior_name,
+    say,
+    shown,
+    warn,
+)
 from pyrobnn.cli.runs import MCMC_KIND, load_data, save_draws, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
@@ -65,7 +75,8 @@ def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: boo
     try:
         result = sample_posterior(model, data.x_train, data.y_train, num_samples=num_samples, warmup=warmup,
                                   num_chains=mc.num_chains, seed=cfg.output.seed, init_jitter=mc.init_jitter,
-                                  target_accept=mc.target_accept, max_tree_depth=mc.max_tree_depth,
+                                  map_steps=mc.map_steps, target_accept=mc.target_accept,
+                                  max_tree_depth=mc.max_tree_depth,
                                   sampler=api_value(mc.sampler), compiler=api_value(mc.compiler), jit=mc.jit,
                                   progress=progress)
     except RuntimeError as error:
@@ -130,8 +141,8 @@ def mcmc(cfg: MCMCConfig) -> dict:
     where = "" if toy else f" (split {cfg.data.split or 0})"
     noise = "" if data.task != "regression" else f", noise scale {cfg.likelihood.scale:.4g}"
     say(f"pyrobnn mcmc {cfg.data.dataset}{where}: {len(data.x_train)} train / {len(data.x_test)} test, model "
-        f"{cfg.model.name} {shown(cfg.model.hidden)}, prior {cfg.prior.name}{noise}, NUTS ({mc.sampler} sampler) "
-        f"{mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up + {mc.num_samples} "
+        f"{cfg.model.name} {shown(cfg.model.hidden)}, prior {prior_name(cfg.prior)}{noise}, NUTS ({mc.sampler} "
+        f"sampler) {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up + {mc.num_samples} "
         f"draws), seed {seed}")
     model, result = _sampled(cfg, data, mc.warmup, mc.num_samples, cfg.output.progress)
     size = result.diagnostics["num_weights"]

@@ -231,6 +231,10 @@ class PriorOptions:
      "point estimates (implicit BNN, Trinh et al. 2020).")
     scale: Annotated[Optional[float], arg(help_behavior_hint="(default: 1 for gaussian, 0.3 for node)")] = None
     """gaussian: standard deviation; node: s of the node-wise N(1, s^2)."""
+    fan_in: bool = _default(PRIORS["gaussian"], "fan_in")
+    """gaussian: scale / sqrt(fan-in) on weight matrices (scale 1.41 keeps the function scale through ReLUs)."""
+    bias_scale: Annotated[Optional[float], arg(help_behavior_hint="(default: --prior.scale)")] = None
+    """gaussian: standard deviation of the biases' prior."""
     mode: _choices(NodePrior.MODES) = _default(NodePrior, "mode")
     """node: the latents multiply each layer's inputs (Trinh et al. 2020) or its outputs (Trinh et al. 2022)."""
     bias: bool = _default(NodePrior, "bias")
@@ -579,6 +583,9 @@ class MCMCOptions:
     """Largest NUTS tree depth: at most 2^depth - 1 leapfrog steps per draw."""
     init_jitter: Annotated[float, _flat()] = _default(sample_posterior, "init_jitter")
     """Standard deviation of the Gaussian noise added to the initial weights of each chain."""
+    map_steps: Annotated[int, _flat()] = _default(sample_posterior, "map_steps")
+    ("Full-batch Adam steps (lr 0.01) on the log posterior before sampling: the chains start at its MAP estimate, "
+     "inside one basin; 0 starts them at the seeded initial weights.")
     sampler: Annotated[_choices(SAMPLERS), _flat()] = _default(sample_posterior, "sampler")
     ("batched: every chain in one pass of the network per leapfrog step; pyro: Pyro's NUTS, one chain after the "
      "other; auto: batched when the network can run it.")

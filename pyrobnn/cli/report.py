@@ -11,7 +11,7 @@ from rich.table import Table
 from pyrobnn.checks import one_line
 
 __all__ = ["console", "say", "warn", "error_line", "num", "percent", "epoch_line", "metrics_table", "diagnostics_table",
-           "draws_shape", "json_safe", "shown"]
+           "draws_shape", "json_safe", "prior_name", "shown"]
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 """Tables go to stdout at the terminal's width, or 200 columns when the output is a file or a pipe (rich would
@@ -137,6 +137,11 @@ def diagnostics_table(title: str, diagnostics: dict) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def prior_name(options) -> str:
+    """The ``--prior`` of a run as its header line names it: ``gaussian (fan-in)`` with ``--prior.fan-in``."""
+    return options.name + (" (fan-in)" if getattr(options, "fan_in", False) else "")
 
 
 def shown(value) -> str:

@@ -13,7 +13,7 @@ from pyrobnn.cli.build import beta_schedule, build, check_batches, check_run
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
 from pyrobnn.cli.posteriors import empirical_posterior, trainer
-from pyrobnn.cli.report import console, epoch_line, percent, say, warn
+from pyrobnn.cli.report import console, epoch_line, percent, prior_name, say, warn
 from pyrobnn.cli.runs import (
     augmentation,
     check_corruptible,
@@ -79,7 +79,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     elif cfg.output.resume:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model {cfg.model.name}, "
-        f"{len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior {cfg.prior.name}, "
+        f"{len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior {prior_name(cfg.prior)}, "
         f"beta {schedule}, estimator {cfg.optim.estimator}, device {device}")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:

@@ -137,6 +137,18 @@ class FlatPotential:
         output = self.network(self.unflatten(theta), self.x)
         return self.log_prior(theta) + self.model.likelihood.distribution(output).log_prob(self.y).sum()
 
+    def mode(self, theta: torch.Tensor, steps: int, lr: float = 1e-2) -> torch.Tensor:
+        r"""The MAP estimate :math:`\arg\max_\theta \log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`
+        approached from ``theta`` ``(D,)`` by ``steps`` full-batch Adam steps of learning rate ``lr`` (Kingma & Ba
+        2015) on the potential; where the chains of a network's posterior start inside one basin."""
+        theta = theta.detach().clone().requires_grad_()
+        optimizer = torch.optim.Adam([theta], lr=lr)
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            (-self.log_joint(theta)).backward()
+            optimizer.step()
+        return theta.detach()
+
     def compile(self) -> "FlatPotential":
         """Trace :meth:`log_joint` once with ``torch.jit.trace`` (the network, prior and likelihood become one
         graph without Python in the loop); later calls run the traced graph."""

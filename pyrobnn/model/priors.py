@@ -41,19 +41,31 @@ class GaussianPrior(Prior):
     choice for classification, a wider one (e.g. :math:`\sigma_p = 2`) for regression. The KL to
     a diagonal-Normal posterior is analytic:
     :math:`\sum \log(\sigma_p/\sigma) + (\sigma^2 + (\mu-\mu_p)^2)/(2\sigma_p^2) - 1/2`.
+
+    With ``fan_in=True`` a weight tensor of two or more dimensions gets :math:`\sigma_p = c / \sqrt{n_\text{in}}`
+    (``scale`` :math:`= c`, :math:`n_\text{in}` = the elements of one output unit's weights, ``reference[0]``):
+    the prior function then keeps its scale with the width and through ReLU layers at :math:`c = \sqrt 2` (He et
+    al. 2015), where :math:`\mathcal N(0, 1)` grows as :math:`\sqrt{n_\text{in}}` per layer; the Gaussian process
+    limit of Neal (1996) scales the same way. Biases (one dimension) take ``bias_scale`` (default ``scale``).
     """
 
     loc: float = 0.0
     scale: float = 1.0
+    fan_in: bool = False
+    bias_scale: float | None = None
 
     def __post_init__(self):
         finite("loc (mean of the Gaussian prior)", self.loc)
         positive("scale (sigma of the Gaussian prior)", self.scale)
+        if self.bias_scale is not None:
+            positive("bias_scale (sigma of the Gaussian prior of biases)", self.bias_scale)
 
     def __call__(self, reference):
-        return IsotropicNormal(
-            self.loc, self.scale, reference.shape, device=reference.device, dtype=reference.dtype
-        )
+        if reference.dim() < 2:
+            scale = self.scale if self.bias_scale is None else self.bias_scale
+        else:
+            scale = self.scale / math.sqrt(reference[0].numel()) if self.fan_in else self.scale
+        return IsotropicNormal(self.loc, scale, reference.shape, device=reference.device, dtype=reference.dtype)
 
 
 @dataclass(frozen=True)
