@@ -99,6 +99,21 @@ def test_a_method_that_samples_becomes_an_mcmc_cell_with_the_options_it_shares()
     assert config.model.hidden == (8,) and config.mcmc.num_samples == int(preset[preset.index("--num-samples") + 1])
 
 
+def test_a_base_that_names_the_sampling_method_sets_its_draws_and_a_train_base_does_not():
+    """``--num-samples`` means predictive samples to ``pyrobnn train`` and draws per chain to ``pyrobnn mcmc``: a base
+    with ``--method nuts`` (studies/uci_nuts.toml) was written for mcmc and sets the draws (it was once dropped
+    silently, and the preset's 500 ran); a label's own settings for nuts set them too; a train base's does not."""
+    sampling = ["--method", "nuts", "--dataset", "cubic", "--hidden", "8", "--num-samples", "7", "--warmup", "3"]
+    cell = make_cell(sampling, {}, {"seed": 0}, "nuts")
+    assert cell.command == "mcmc" and parse_cell("mcmc", cell.argv).mcmc.num_samples == 7
+    axis = make_cell(["--dataset", "cubic", "--hidden", "8", "--num-samples", "7"], {"method": "nuts"}, {}, "nuts")
+    preset = method_args("nuts")
+    assert parse_cell("mcmc", axis.argv).mcmc.num_samples == int(preset[preset.index("--num-samples") + 1])
+    labelled = make_cell(["--dataset", "cubic", "--hidden", "8", "--num-samples", "7"], {"method": "nuts"}, {},
+                         "nuts", settings=["--num-samples", "9"])
+    assert parse_cell("mcmc", labelled.argv).mcmc.num_samples == 9
+
+
 # ----------------------------------------------------------------------------- running, caching, resuming
 
 

@@ -24,9 +24,8 @@ STUDY_FILES = sorted((ROOT / "studies").glob("*.toml"))
 TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "1", "--num-samples", "4", "--device", "cpu"]
 """Added to every study's base: later arguments win, so the file's sizes give way (an axis value that sets its own
 --num-samples 1 keeps it)."""
-TINY_MCMC = ["--warmup", "4", "--num-chains", "2", "--max-tree-depth", "3", "--grid-samples", "4"]
-"""Added as well where every cell samples (``pyrobnn mcmc``, which takes neither --epochs nor a train's
---num-samples)."""
+TINY_MCMC = ["--warmup", "4", "--num-samples", "8", "--num-chains", "2", "--max-tree-depth", "3", "--grid-samples", "4"]
+"""Added as well where every cell samples (``pyrobnn mcmc``: --num-samples is its draws per chain)."""
 
 
 def example_methods(path: Path) -> tuple[str, ...]:

@@ -7,8 +7,9 @@ an axis overrides the base and the base a label's settings. A ``--method NAME``
 among them stays as written (the replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the
 command line expands it, by :func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's
 after them. A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options that
-command takes with the same meaning and drops the others (``--epochs``, ``--lr``; ``--num-samples`` is the number
-of draws there, the preset's).
+command takes and drops the others (``--epochs``, ``--lr``). ``--num-samples`` is the number of draws there: a base
+that names the sampling method itself sets it, a base written for ``pyrobnn train`` (the method from an axis) does
+not, and the preset's stands (:data:`_OTHER_MEANING`).
 
 The cache key is a hash of everything that changes what the cell trains or measures: every option of its parsed
 configuration except :data:`NOT_IN_KEY`, and the command.
@@ -56,7 +57,9 @@ STUDY_SETS = ("--out", "--progress", "--overwrite", "--resume")
 
 _OTHER_MEANING = ("--num-samples",)
 """Options ``pyrobnn mcmc`` takes with another meaning than ``pyrobnn train`` (draws per chain, not predictive
-samples): a train option of the base never reaches an mcmc cell."""
+samples). A base that names a sampling method itself (``--method nuts``: every cell samples) was written for
+``pyrobnn mcmc`` and keeps them; a base whose sampling method comes from an axis was written for ``pyrobnn train``,
+and its values of them never reach an mcmc cell (a label's own settings, written for its method, always do)."""
 
 
 @dataclass
@@ -211,13 +214,17 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
         settings, base = _merged_lists(settings, base)
-        arguments = [*settings, *base]
+        arguments = list(base)
         for axis, value in axes.items():
             arguments += axis_arguments("mcmc" if axis != "method" and command == "mcmc" else "train", axis, value)
         for option, value in replicate.items():
             arguments += [f"--{option}", str(value)]
-        if command != "train":  # keep what the command takes with the same meaning
-            takes = set(accepted_options(command)) - set(_OTHER_MEANING) | {"--method"}
+        if command != "train" and _method_of(list(base)) != name:  # written for train: its other meanings are train's
+            arguments = [token for flag, tokens in split_options(arguments) if flag not in _OTHER_MEANING
+                         for token in tokens]
+        arguments = [*settings, *arguments]
+        if command != "train":  # keep what the command takes
+            takes = set(accepted_options(command)) | {"--method"}
             arguments = [token for flag, tokens in split_options(arguments) if flag in takes for token in tokens]
         config = parse_cell(command, arguments)
         _CHECKS[command](config)
