@@ -9,6 +9,7 @@ command, plain-Pyro pitfalls warned about once, a run at chance reported.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -194,7 +195,9 @@ def test_mcmc_help_lists_only_its_options_and_train_help_names_the_implicit_bnn(
             run_cli_raw(argv)
     text = capsys.readouterr().out
     mcmc_help, train_help = text.split("usage: pyrobnn train")
-    assert "--prior.mode" not in mcmc_help and "--prior.bias" not in mcmc_help
+    # the node prior's --prior.bias (bias latents), not the Gaussian prior's --prior.bias-scale, which mcmc takes
+    assert "--prior.mode" not in mcmc_help and not re.search(r"--prior\.bias(?![-\w])", mcmc_help)
+    assert "--prior.bias-scale" in mcmc_help and re.search(r"--prior\.bias(?![-\w])", train_help)
     assert "--prior.mode" in train_help
     assert "node: N(1, scale^2) latents" in " ".join(train_help.split()).replace("│ ", "")
     assert "mixture-node: a K-component mixture" in " ".join(train_help.split()).replace("│ ", "")
