@@ -19,6 +19,7 @@ from torch import nn
 from pyrobnn import BayesianNetwork, Categorical, Gaussian, GaussianPrior, ScaleMixturePrior
 from pyrobnn.data import cubic, two_moons
 from pyrobnn.distributions import IsotropicNormal
+from pyrobnn.infer import batched_nuts
 from pyrobnn.infer.batched_nuts import BatchedNUTS, sample_chains
 from pyrobnn.infer.hmc_util import (
     DualAveraging,
@@ -471,6 +472,22 @@ def test_same_seed_same_draws_and_every_compiler_the_same_transition():
         steps.append(kernel.transition(z, *kernel.potential(z), torch.full((16,), 0.3), torch.ones(16, 2)))
         assert kernel.leaf_compiler == compiler
     assert torch.allclose(steps[0].z, steps[1].z, atol=1e-4) and torch.equal(steps[0].num_steps, steps[1].num_steps)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_narrow_checks_of_large_states_give_the_same_trees(monkeypatch, compiler):
+    """A state of NARROW_CHECK_STATE numbers or more checks one checkpoint in the leaf's graph and the others after it
+    (the same U-turn criterion, fewer numbers read): the same draws, tree depths and leapfrog steps as all at once."""
+    potential = gaussian_potential(CORRELATED_MEAN, CORRELATED_COV * 25.0)  # long trees: leaves close 1-6 checkpoints
+    runs = {}
+    for narrow in (False, True):
+        monkeypatch.setattr(batched_nuts, "NARROW_CHECK_STATE", 0 if narrow else 10**9)
+        runs[narrow] = sample_chains(potential, torch.zeros(4, 2), num_samples=40, warmup=40, compiler=compiler,
+                                     max_tree_depth=7, generator=torch.Generator().manual_seed(3))
+    (wide_draws, wide), (narrow_draws, narrow) = runs[False], runs[True]
+    assert int(wide["tree_depth"].max()) >= 4  # the further checks ran
+    assert torch.equal(wide["num_steps"], narrow["num_steps"]) and torch.equal(wide["tree_depth"], narrow["tree_depth"])
+    assert torch.allclose(wide_draws, narrow_draws, atol=1e-5)
 
 
 def test_the_tree_depth_limit_bounds_every_trajectory():

@@ -57,6 +57,14 @@ AUTO_INDUCTOR_STATE = 12_000
 inductor saves per leaf grows with the state it fuses the sampler's elementwise steps over (2-core CPU, C = 2:
 340 µs at D = 151, 390 µs at D = 769, 4 ms at D = 66,561, where TorchScript takes 5.7 ms)."""
 
+NARROW_CHECK_STATE = 50_000
+"""From this many numbers in the chains' state (C x D) on, a leaf's graph checks the U-turn against one stored
+checkpoint, the one every odd leaf closes, and the rarer further ones (a quarter of the leaves) are checked after
+it from Python; below it, the graph takes all ``max_tree_depth`` of them at once. The products against the
+checkpoints read 2 K C D numbers a leaf: on the 1-256-256-1 network (C D = 133,122, 1 thread, inductor) a leaf takes
+0.88 ms against all K = 8 and 0.48 ms against one, where on small states the Python of the further checks would
+cost more than the products it saves."""
+
 MAX_DELTA_ENERGY = 1000.0
 """A leapfrog step whose energy error :math:`H(z', r') - H(z_0, r_0)` exceeds this diverges (Stan's and
 NumPyro's threshold)."""
@@ -133,6 +141,7 @@ class BatchedNUTS:
         self.compiler = choice("compiler", compiler, COMPILERS)
         self.leaf_compiler = "script" if self.compiler == "auto" else self.compiler
         self.leaves = 0  # leaf steps taken (one batched potential evaluation each)
+        self.narrow = None  # whether a leaf's graph checks one checkpoint (NARROW_CHECK_STATE), set at the first leaf
         self._leaf = self._potential = self._example = None
         self._upgraded = False
         self._masks = {}
@@ -186,6 +195,36 @@ class BatchedNUTS:
             mask[low:high + 1] = True
             self._masks[low, high] = mask
         return self._masks[low, high]
+
+    def _leaf_checks(self, i: int, checkpoints: tuple, like: torch.Tensor) -> tuple:
+        """What the graph of leaf ``i`` checks the U-turn against: every checkpoint and the mask of those it closes,
+        or, when :attr:`narrow`, the one checkpoint it closes last (``high``; the first, unchecked, for an even leaf)
+        and a one-entry mask."""
+        low, high = checkpoint_range(i)
+        if not self.narrow:
+            return (*checkpoints, self._check_mask(low, high, like))
+        row = min(high, self.max_tree_depth - 1)
+        # contiguous copies (2 C D + C numbers): a compiled graph reads its inputs with the strides it was built for
+        return (*(buffer[:, row:row + 1].contiguous() for buffer in checkpoints),
+                self._first(low <= high, like).reshape(1))
+
+    def _further_checks(self, i: int, tree: Subtree, active: torch.Tensor, checkpoints: tuple,
+                        inverse_mass: torch.Tensor) -> Subtree:
+        """With :attr:`narrow`: the U-turn checks of leaf ``i`` against its checkpoints ``low .. high - 1``, which its
+        graph left out, as :func:`~pyrobnn.infer.hmc_util.extend_subtree` makes them (``active``: the chains that
+        grew this leaf)."""
+        low, high = checkpoint_range(i)
+        if low >= high:
+            return tree
+        checkpoint_r, checkpoint_p, checkpoint_a = (buffer[:, low:high] for buffer in checkpoints)
+        r = tree.leaf[:, 1]
+        velocity = inverse_mass * r
+        w = inverse_mass * tree.r_sum
+        left = torch.bmm(checkpoint_r, (w - 0.5 * velocity)[:, :, None])[..., 0] + checkpoint_a
+        right = torch.bmm(checkpoint_p, velocity[:, :, None])[..., 0] + (
+            torch.linalg.vecdot(velocity, tree.r_sum) - 0.5 * torch.linalg.vecdot(velocity, r))[:, None]
+        turned = ((left <= 0) | (right <= 0)).any(-1)
+        return tree._replace(turning=tree.turning | (active & turned), active=tree.active & ~turned)
 
     def transition(self, z: torch.Tensor, potential: torch.Tensor, grad: torch.Tensor, step_size: torch.Tensor,
                    inverse_mass: torch.Tensor) -> Transition:
@@ -246,18 +285,21 @@ class BatchedNUTS:
         zeros, no = torch.zeros_like(energy0), torch.zeros_like(growing)
         tree = Subtree(leaf, leaf, zeros, zeros, leaf[:, 1].contiguous(), zeros, zeros, no, no, growing)
         if self._leaf is None:
+            self.narrow = leaf[:, 0].numel() >= NARROW_CHECK_STATE
             self._example = tuple(value.clone() for value in (
-                *tree, *checkpoints, self._check_mask(1, 0, leaf), self._first(True, leaf), uniforms[0], step,
+                *tree, *self._leaf_checks(0, checkpoints, leaf), self._first(True, leaf), uniforms[0], step,
                 half_step, inverse_mass, energy0))
             self._leaf, self.leaf_compiler = self._compiled(self._extend, self._example, self.leaf_compiler)
         check_every_leaf = leaf.device.type == "cpu"
         for i in range(num_leaves):
-            low, high = checkpoint_range(i)
-            check, first = self._check_mask(low, high, leaf), self._first(i == 0, leaf)
-            *fields, p, a = self._leaf(*tree, *checkpoints, check, first, uniforms[i], step, half_step, inverse_mass,
-                                       energy0)
+            high = checkpoint_range(i)[1]
+            active = tree.active
+            *fields, p, a = self._leaf(*tree, *self._leaf_checks(i, checkpoints, leaf), self._first(i == 0, leaf),
+                                       uniforms[i], step, half_step, inverse_mass, energy0)
             self.leaves += 1
             tree = Subtree(*fields)
+            if self.narrow:
+                tree = self._further_checks(i, tree, active, checkpoints, inverse_mass)
             if i % 2 == 0:  # leaf i opens balanced sub-trajectories: keep what their U-turn checks need
                 for buffer, value in zip(checkpoints, (tree.leaf[:, 1], p, a)):
                     buffer[:, high] = value
