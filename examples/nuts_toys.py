@@ -83,7 +83,7 @@ Threads: the networks are tiny, so every operation is dominated by its fixed cos
 cores two intra-op threads per process make a NUTS gradient 50-70x slower (60 ms instead of 0.9 ms
 for the 2-50-50-2 net) when another process is busy. ``--threads 1`` is the default.
 
-    python examples/nuts_toys.py                     # everything, about 3.5 min on 2 CPU cores
+    python examples/nuts_toys.py                     # everything, about 8.5 min on 2 CPU cores (depths 1-4)
     python examples/nuts_toys.py --problems cubic --depths 1 2 3
 
 Prints a table per problem, the depth study, the checks (R-hat <= 1.05, divergences <= 1 %, NUTS's test
