@@ -7,6 +7,7 @@ Neal's funnel (divergences)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 
@@ -320,9 +321,10 @@ def assert_same_predictive(a, b, z_max: float = 4.5) -> None:
     assert (z_var.abs() < z_max).all(), z_var
 
 
-def test_two_moons_predictive_agrees_with_pyros_nuts():
-    """The same model, prior and data, sampled by Pyro's NUTS and by the batched sampler: the predictive class
-    probabilities on a grid agree within Monte-Carlo error."""
+def test_two_moons_predictive_agrees_with_pyros_nuts_and_numpyros():
+    """The same model, prior and data, sampled by Pyro's NUTS, by the batched sampler and by NumPyro's NUTS (an
+    independent implementation in JAX): the predictive probability of class 1 on a grid agrees within Monte-Carlo
+    error."""
     data = two_moons(400, 30, seed=0)
     grid = torch.stack(torch.meshgrid(torch.linspace(-1.5, 2.5, 5), torch.linspace(-1.0, 1.5, 5), indexing="xy"),
                        -1).reshape(-1, 2)
@@ -335,6 +337,11 @@ def test_two_moons_predictive_agrees_with_pyros_nuts():
         assert result.diagnostics["sampler"] == sampler and result.diagnostics["prediction_r_hat_max"] < 1.1
         predictive[sampler] = predictive_moments(result.predictions[..., 1])
     assert_same_predictive(predictive["pyro"], predictive["batched"])
+    if importlib.util.find_spec("numpyro") is not None:
+        reference = predictive_moments(numpyro_predictive(data.x_train, data.y_train, grid, (2, 3, 2), chains=4,
+                                                          draws=200).softmax(-1)[..., 1])
+        assert_same_predictive(reference, predictive["batched"])
+        assert_same_predictive(reference, predictive["pyro"])
 
 
 def cubic_problem(hidden: int = 6):
@@ -347,9 +354,11 @@ def cubic_problem(hidden: int = 6):
     return x, y, 3.0 / s_y, grid, hidden
 
 
-def numpyro_cubic_predictive(x, y, noise, grid, hidden, chains: int, draws: int):
-    """NumPyro's NUTS on the same network, prior N(0, 1) and likelihood, written independently in JAX:
-    predictive means at ``grid`` ``(chains, draws, points)``."""
+def numpyro_predictive(x, y, grid, widths: tuple[int, int, int], chains: int, draws: int, noise: float | None = None,
+                       max_tree_depth: int = 10):
+    """NumPyro's NUTS on the same one-hidden-layer ReLU network of ``widths`` (in, hidden, out), prior N(0, 1) and
+    likelihood (Gaussian of ``noise``, or categorical on the logits when it is None), written independently in JAX:
+    the network's outputs at ``grid`` ``(chains, draws, points, out)``."""
     jax = pytest.importorskip("jax")
     numpyro = pytest.importorskip("numpyro")
     import numpyro.distributions as nd
@@ -358,20 +367,23 @@ def numpyro_cubic_predictive(x, y, noise, grid, hidden, chains: int, draws: int)
     def mlp(params, inputs):
         return jax.nn.relu(inputs @ params["w1"].T + params["b1"]) @ params["w2"].T + params["b2"]
 
-    shapes = {"w1": (hidden, 1), "b1": (hidden,), "w2": (1, hidden), "b2": (1,)}
+    inputs_, hidden, outputs = widths
+    shapes = {"w1": (hidden, inputs_), "b1": (hidden,), "w2": (outputs, hidden), "b2": (outputs,)}
 
     def model(inputs, targets):
         params = {name: numpyro.sample(name, nd.Normal(0.0, 1.0).expand(shape).to_event(len(shape)))
                   for name, shape in shapes.items()}
-        numpyro.sample("y", nd.Normal(mlp(params, inputs), noise).to_event(2), obs=targets)
+        out = mlp(params, inputs)
+        observed = nd.Normal(out, noise).to_event(2) if noise is not None else nd.Categorical(logits=out).to_event(1)
+        numpyro.sample("y", observed, obs=targets)
 
-    kernel = numpyro.infer.NUTS(model, max_tree_depth=CUBIC_TREE_DEPTH)
+    kernel = numpyro.infer.NUTS(model, max_tree_depth=max_tree_depth)
     mcmc = numpyro.infer.MCMC(kernel, num_warmup=draws, num_samples=draws, num_chains=chains,
                               chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), jnp.asarray(x.numpy()), jnp.asarray(y.numpy()))
     samples = mcmc.get_samples(group_by_chain=True)
-    means = jax.vmap(jax.vmap(lambda params: mlp(params, jnp.asarray(grid.numpy()))))(samples)
-    return torch.from_numpy(jax.device_get(means).copy())[..., 0]
+    outs = jax.vmap(jax.vmap(lambda params: mlp(params, jnp.asarray(grid.numpy()))))(samples)
+    return torch.from_numpy(jax.device_get(outs).copy())
 
 
 CUBIC_TREE_DEPTH = 7
@@ -396,7 +408,8 @@ def test_cubic_predictive_agrees_with_pyros_nuts_and_numpyros():
         assert result.diagnostics["prediction_r_hat_max"] < 1.1
         predictive[sampler] = predictive_moments(result.predictions[..., 0])
     assert_same_predictive(predictive["pyro"], predictive["batched"])
-    reference = predictive_moments(numpyro_cubic_predictive(x, y, noise, grid, hidden, chains=4, draws=300))
+    reference = predictive_moments(numpyro_predictive(x, y, grid, (1, hidden, 1), chains=4, draws=300, noise=noise,
+                                                      max_tree_depth=CUBIC_TREE_DEPTH)[..., 0])
     assert_same_predictive(reference, predictive["batched"])
     assert_same_predictive(reference, predictive["pyro"])
 
