@@ -141,7 +141,7 @@ def diagnostics_table(title: str, diagnostics: dict) -> Table:
 
 def prior_name(options) -> str:
     """The ``--prior`` of a run as its header line names it: ``gaussian (fan-in)`` with ``--prior.fan-in``."""
-    return options.name + (" (fan-in)" if getattr(options, "fan_in", False) else "")
+    return options.name + (" (fan-in)" if options.fan_in else "")
 
 
 def shown(value) -> str:

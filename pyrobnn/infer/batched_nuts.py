@@ -36,6 +36,7 @@ from pyrobnn.infer.hmc_util import (
     WelfordVariance,
     adaptation_windows,
     checkpoint_range,
+    checkpoint_turning,
     extend_subtree,
     is_turning,
     kinetic_energy,
@@ -196,34 +197,27 @@ class BatchedNUTS:
             self._masks[low, high] = mask
         return self._masks[low, high]
 
-    def _leaf_checks(self, i: int, checkpoints: tuple, like: torch.Tensor) -> tuple:
-        """What the graph of leaf ``i`` checks the U-turn against: every checkpoint and the mask of those it closes,
-        or, when :attr:`narrow`, the one checkpoint it closes last (``high``; the first, unchecked, for an even leaf)
-        and a one-entry mask."""
-        low, high = checkpoint_range(i)
+    def _leaf_checks(self, low: int, high: int, checkpoints: tuple, like: torch.Tensor) -> tuple:
+        """What the graph of a leaf closing checkpoints ``low .. high`` (:func:`checkpoint_range`) checks the U-turn
+        against: every checkpoint and the mask of those it closes, or, when :attr:`narrow`, the one it closes last
+        (``high``; unchecked for an even leaf, which closes none) and a one-entry mask."""
         if not self.narrow:
             return (*checkpoints, self._check_mask(low, high, like))
-        row = min(high, self.max_tree_depth - 1)
         # contiguous copies (2 C D + C numbers): a compiled graph reads its inputs with the strides it was built for
-        return (*(buffer[:, row:row + 1].contiguous() for buffer in checkpoints),
+        return (*(buffer[:, high:high + 1].contiguous() for buffer in checkpoints),
                 self._first(low <= high, like).reshape(1))
 
-    def _further_checks(self, i: int, tree: Subtree, active: torch.Tensor, checkpoints: tuple,
+    def _further_checks(self, low: int, high: int, tree: Subtree, active: torch.Tensor, checkpoints: tuple,
                         inverse_mass: torch.Tensor) -> Subtree:
-        """With :attr:`narrow`: the U-turn checks of leaf ``i`` against its checkpoints ``low .. high - 1``, which its
+        """With :attr:`narrow`: the U-turn checks of a leaf against its checkpoints ``low .. high - 1``, which its
         graph left out, as :func:`~pyrobnn.infer.hmc_util.extend_subtree` makes them (``active``: the chains that
         grew this leaf)."""
-        low, high = checkpoint_range(i)
         if low >= high:
             return tree
-        checkpoint_r, checkpoint_p, checkpoint_a = (buffer[:, low:high] for buffer in checkpoints)
         r = tree.leaf[:, 1]
         velocity = inverse_mass * r
-        w = inverse_mass * tree.r_sum
-        left = torch.bmm(checkpoint_r, (w - 0.5 * velocity)[:, :, None])[..., 0] + checkpoint_a
-        right = torch.bmm(checkpoint_p, velocity[:, :, None])[..., 0] + (
-            torch.linalg.vecdot(velocity, tree.r_sum) - 0.5 * torch.linalg.vecdot(velocity, r))[:, None]
-        turned = ((left <= 0) | (right <= 0)).any(-1)
+        turned = checkpoint_turning(*(buffer[:, low:high] for buffer in checkpoints), velocity,
+                                    torch.linalg.vecdot(velocity, r), tree.r_sum, inverse_mass).any(-1)
         return tree._replace(turning=tree.turning | (active & turned), active=tree.active & ~turned)
 
     def transition(self, z: torch.Tensor, potential: torch.Tensor, grad: torch.Tensor, step_size: torch.Tensor,
@@ -287,19 +281,19 @@ class BatchedNUTS:
         if self._leaf is None:
             self.narrow = leaf[:, 0].numel() >= NARROW_CHECK_STATE
             self._example = tuple(value.clone() for value in (
-                *tree, *self._leaf_checks(0, checkpoints, leaf), self._first(True, leaf), uniforms[0], step,
-                half_step, inverse_mass, energy0))
+                *tree, *self._leaf_checks(*checkpoint_range(0), checkpoints, leaf), self._first(True, leaf),
+                uniforms[0], step, half_step, inverse_mass, energy0))
             self._leaf, self.leaf_compiler = self._compiled(self._extend, self._example, self.leaf_compiler)
         check_every_leaf = leaf.device.type == "cpu"
         for i in range(num_leaves):
-            high = checkpoint_range(i)[1]
+            low, high = checkpoint_range(i)
             active = tree.active
-            *fields, p, a = self._leaf(*tree, *self._leaf_checks(i, checkpoints, leaf), self._first(i == 0, leaf),
-                                       uniforms[i], step, half_step, inverse_mass, energy0)
+            *fields, p, a = self._leaf(*tree, *self._leaf_checks(low, high, checkpoints, leaf),
+                                       self._first(i == 0, leaf), uniforms[i], step, half_step, inverse_mass, energy0)
             self.leaves += 1
             tree = Subtree(*fields)
             if self.narrow:
-                tree = self._further_checks(i, tree, active, checkpoints, inverse_mass)
+                tree = self._further_checks(low, high, tree, active, checkpoints, inverse_mass)
             if i % 2 == 0:  # leaf i opens balanced sub-trajectories: keep what their U-turn checks need
                 for buffer, value in zip(checkpoints, (tree.leaf[:, 1], p, a)):
                     buffer[:, high] = value

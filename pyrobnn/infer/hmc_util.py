@@ -23,7 +23,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
-__all__ = ["leapfrog", "kinetic_energy", "is_turning", "checkpoint_range", "Subtree", "extend_subtree",
+__all__ = ["leapfrog", "kinetic_energy", "is_turning", "checkpoint_range", "checkpoint_turning", "Subtree",
+           "extend_subtree",
            "DualAveraging", "WelfordVariance", "Window", "adaptation_windows"]
 
 PotentialAndGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -107,6 +108,24 @@ class Subtree(NamedTuple):
     active: torch.Tensor
 
 
+def checkpoint_turning(checkpoint_r: torch.Tensor, checkpoint_p: torch.Tensor, checkpoint_a: torch.Tensor,
+                       velocity: torch.Tensor, v_dot_r: torch.Tensor, r_sum: torch.Tensor,
+                       inverse_mass: torch.Tensor) -> torch.Tensor:
+    r"""Whether the balanced sub-trajectory from each stored checkpoint :math:`j` to the current leaf makes a U-turn,
+    ``(C, K)``: :func:`is_turning` reduced to dot products with what was stored at leaf :math:`j`
+    (:func:`extend_subtree`), for a leaf of momentum :math:`r`, velocity :math:`v = M^{-1} r` (``velocity``,
+    :math:`v^\top r` ``v_dot_r``) and momentum sum :math:`\rho` (``r_sum``), :math:`w = M^{-1}\rho`:
+
+    .. math:: (M^{-1} r_j)^\top\tilde\rho_j = r_j^\top (w - v/2) + a_j \le 0 \;\lor\;
+              v^\top\tilde\rho_j = v^\top\rho - v^\top r / 2 + P_j^\top v \le 0.
+    """
+    w = inverse_mass * r_sum
+    left = torch.bmm(checkpoint_r, (w - 0.5 * velocity)[:, :, None])[..., 0] + checkpoint_a
+    right = torch.bmm(checkpoint_p, velocity[:, :, None])[..., 0] + (torch.linalg.vecdot(velocity, r_sum)
+                                                                      - 0.5 * v_dot_r)[:, None]
+    return (left <= 0) | (right <= 0)
+
+
 def extend_subtree(tree: Subtree, checkpoint_r: torch.Tensor, checkpoint_p: torch.Tensor,
                    checkpoint_a: torch.Tensor, check: torch.Tensor, first: torch.Tensor, uniform: torch.Tensor,
                    step: torch.Tensor, half_step: torch.Tensor, inverse_mass: torch.Tensor, energy0: torch.Tensor,
@@ -152,11 +171,8 @@ def extend_subtree(tree: Subtree, checkpoint_r: torch.Tensor, checkpoint_p: torc
     proposal_potential = torch.where(move, potential, tree.proposal_potential)
     log_weight = torch.where(tree.active, log_weight, tree.log_weight)
     r_sum = torch.where(first, r, torch.addcmul(tree.r_sum, r, active_f))
-    w = inverse_mass * r_sum
-    left = torch.bmm(checkpoint_r, (w - 0.5 * velocity)[:, :, None])[..., 0] + checkpoint_a
-    right = torch.bmm(checkpoint_p, velocity[:, :, None])[..., 0] + (torch.linalg.vecdot(velocity, r_sum)
-                                                                      - 0.5 * v_dot_r)[:, None]
-    turned = (((left <= 0) | (right <= 0)) & check).any(-1)
+    turned = (checkpoint_turning(checkpoint_r, checkpoint_p, checkpoint_a, velocity, v_dot_r, r_sum, inverse_mass)
+              & check).any(-1)
     turning = tree.turning | (tree.active & turned)
     diverging = tree.diverging | (tree.active & diverged)
     active = tree.active & ~turned & ~diverged

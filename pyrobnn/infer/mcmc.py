@@ -32,7 +32,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
-from pyrobnn.checks import choice, in_range, nonnegative, positive_int
+from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.infer.batched_nuts import COMPILERS, sample_chains
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
@@ -159,8 +159,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     num_chains = positive_int("num_chains", num_chains)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
-    if isinstance(map_steps, bool) or not isinstance(map_steps, int) or map_steps < 0:
-        raise ValueError(f"map_steps must be an integer >= 0 (Adam steps to the MAP estimate), got {map_steps!r}")
+    map_steps = nonnegative_int("map_steps", map_steps)
     init_jitter = nonnegative("init_jitter (std of the noise added to the initial weights)", init_jitter)
     target_accept = in_range("target_accept (NUTS target acceptance probability)", target_accept, 0, 1, "()")
     max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
