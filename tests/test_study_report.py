@@ -214,3 +214,31 @@ def test_without_a_baseline_there_are_no_differences(records, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert all(entry["difference"] is None for entry in summary["labels"])
     assert "Paired differences" not in (tmp_path / "summary.md").read_text()
+
+
+def test_a_figure_published_per_split_is_compared_split_by_split(tmp_path):
+    """Gal's code wrote one test log-likelihood per split: the report pairs ours with his split by split (the
+    hand-computed t interval over the splits both have) and shows his mean beside ours."""
+    from pyrobnn.studies.published import check_published
+
+    ours = [-2.40, -2.50, -2.30, -2.45]
+    theirs = [-2.38, -2.41, -2.33, -2.40, -9.0]  # a fifth split that we did not run
+    records = [cell("mcdropout", 0, {"rmse": 3.0, "log_likelihood": value}, split=split)
+               for split, value in enumerate(ours)]
+    published = check_published({"source": "Gal's test_ll_100_xepochs files", "mcdropout": {
+        "log_likelihood": theirs, "rmse": 2.9}})
+    write_report(records, tmp_path, console=Console(file=io.StringIO()),
+                 study={"published": published, "configuration": None})
+    figures = {f["ours"]: f for f in json.loads((tmp_path / "summary.json").read_text())["published"]["labels"]
+               ["mcdropout"]}
+    assert figures["log_likelihood"]["converted"] == pytest.approx(np.mean(theirs))
+    d = np.subtract(ours, theirs[:4])
+    half = T_975[3] * d.std(ddof=1) / math.sqrt(4)
+    paired = figures["log_likelihood"]["paired"]
+    assert (paired["n"], paired["mean"]) == (4, pytest.approx(d.mean()))
+    assert (paired["low"], paired["high"]) == (pytest.approx(d.mean() - half), pytest.approx(d.mean() + half))
+    assert "paired" not in figures["rmse"]  # one number: nothing to pair
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "5 values, mean" in markdown and f"{d.mean():+.3f}" in markdown
+    with pytest.raises(ValueError, match="a list of numbers"):
+        check_published({"source": "s", "mcdropout": {"log_likelihood": [-2.4, "x"]}})

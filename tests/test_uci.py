@@ -380,3 +380,28 @@ def test_the_uci_study_files_run_at_ci_size(file, cells, data_root, tmp_path, mo
     records = small.run(tmp_path, progress=False)
     assert [r["status"] for r in records] == ["done"] * len(study.vary["method"]), [r["error"] for r in records]
     assert all(math.isfinite(r["metrics"]["log_likelihood"]) and r["metrics"]["rmse"] > 0 for r in records)
+
+
+def test_the_gal_configuration_decays_the_weights_as_gal(data_root):
+    """``studies/uci.toml --configuration gal``: each data set's MC dropout cell trains under the Gaussian prior of
+    scale sqrt(2) / (l s_y) that makes our loss proportional to Gal's (net.py: reg = l^2 (1 - p) / (2 N tau),
+    l = 1e-2, on the mean squared error of the standardised target), s_y the target's standard deviation averaged
+    over the 20 training splits, computed here from the data files with numpy (ddof 0, as Gal's)."""
+    from pyrobnn.studies.cells import parse_cell
+    from pyrobnn.studies.spec import Study
+
+    study = Study.from_file(Path(__file__).resolve().parents[1] / "studies" / "uci.toml", "gal")
+    cells = study.replace(splits=1).cells()
+    assert {cell.axes["method"] for cell in cells} == {"mcdropout"}
+    folders = {"uci-boston": "bostonHousing", "uci-concrete": "concrete", "uci-energy": "energy",
+               "uci-wine": "wine-quality-red", "uci-yacht": "yacht"}
+    assert sorted(cell.axes["dataset"] for cell in cells) == sorted(folders)
+    for cell in cells:
+        folder = data_root / "uci" / folders[cell.axes["dataset"]]
+        folder = folder / "data" if (folder / "data").is_dir() else folder
+        rows = np.loadtxt(folder / "data.txt")
+        target = rows[:, int(np.loadtxt(folder / "index_target.txt"))]
+        s_y = np.mean([target[np.loadtxt(folder / f"index_train_{i}.txt").astype(int)].std() for i in range(20)])
+        cfg = parse_cell(cell.command, cell.argv)
+        assert cfg.prior.scale == pytest.approx(math.sqrt(2) / (1e-2 * s_y), rel=5e-3), cell.label
+        assert (cfg.optim.epochs, cfg.optim.lr, cfg.guide.name) == (4000, 1e-3, "dropout")

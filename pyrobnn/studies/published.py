@@ -12,6 +12,16 @@ part of one, a ``name=value`` pair of an axis (several, space-separated, in the 
 alone. Its value maps a metric, as the paper names it (:data:`PUBLISHED_METRICS`), to a number; ``error`` is
 ``1 - accuracy``, fractions as our metrics are (1.93 % is 0.0193). The report shows each figure, converted to our
 metric, beside our mean ± standard error, and names the source.
+
+Where the paper's code published its figure per replicate (Gal's ``test_ll_*.txt``: one test log-likelihood per
+split of the UCI benchmark), the value may be that list, in replicate order (split 0, 1, ...; or seed 0, 1, ...
+for a study without splits)::
+
+    "dataset=uci-wine" = { log_likelihood = [-0.928, -0.910, ...] }
+
+Its mean stands for it in the tables, and the report adds the paired difference ours − published over the
+replicates both have, with its 95 % Student-t interval: the same splits make the comparison paired, so the
+split-to-split spread that both standard errors carry cancels.
 """
 
 from __future__ import annotations
@@ -68,14 +78,22 @@ def check_published(published, where: str = "[published]") -> dict:
             if metric not in PUBLISHED_METRICS:
                 raise ValueError(f"{where} {key!r}: unknown metric {metric!r}; choose one of "
                                  f"{', '.join(PUBLISHED_METRICS)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{where} {key!r} {metric}: {value!r} is not a number")
-        checked[str(key)] = {metric: float(value) for metric, value in metrics.items()}
+            values = value if isinstance(value, (list, tuple)) and value else [value]
+            if not all(_is_number(v) for v in values):
+                raise ValueError(f"{where} {key!r} {metric}: {value!r} is not a number, or a list of numbers (one "
+                                 "per split or seed)")
+        checked[str(key)] = {metric: [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
+                             for metric, value in metrics.items()}
     return {"source": source, **checked}
 
 
-def figures(published: Mapping) -> dict[str, dict[str, float]]:
-    """``{key: {metric: value}}`` of a checked ``published`` (every entry but its source)."""
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def figures(published: Mapping) -> dict[str, dict[str, float | list[float]]]:
+    """``{key: {metric: value}}`` of a checked ``published`` (every entry but its source; a value per replicate
+    is a list)."""
     return {key: metrics for key, metrics in (published or {}).items() if key != "source"}
 
 
@@ -101,12 +119,19 @@ def unmatched_keys(published: Mapping, axes_of_labels: Sequence[Mapping[str, str
 
 def matched_figures(published: Mapping, label: str, axes: Mapping[str, str]) -> list[dict]:
     """The published figures of ``label``: ``{"key", "metric" (as published), "value", "ours" (our metric's name),
-    "converted" (the value as our metric)}``, the most specific key last (it wins in the tables)."""
+    "converted" (the value as our metric; the mean of a list)}``, and ``"per_replicate"`` (each value as our
+    metric) for a list, the most specific key last (it wins in the tables)."""
     keys = label_keys(axes) | {label}
     found = []
     for key, metrics in sorted(figures(published).items(), key=lambda item: len(item[0])):
         if key in keys:
             for metric, value in metrics.items():
                 ours, convert = PUBLISHED_METRICS[metric]
-                found.append({"key": key, "metric": metric, "value": value, "ours": ours, "converted": convert(value)})
+                figure = {"key": key, "metric": metric, "value": value, "ours": ours}
+                if isinstance(value, list):
+                    figure.update(converted=convert(math.fsum(value) / len(value)),
+                                  per_replicate=[convert(v) for v in value])
+                else:
+                    figure["converted"] = convert(value)
+                found.append(figure)
     return found

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from pyrobnn.analysis.plots import figure, save_png
 from pyrobnn.files import atomic_write, write_json
-from pyrobnn.studies.aggregate import aggregate, pooled_reliability, unit_name
+from pyrobnn.studies.aggregate import aggregate, paired_difference, pooled_reliability, unit_name
 from pyrobnn.studies.cache import STUDY_FILE, read_json
 from pyrobnn.studies.published import matched_figures
 
@@ -212,10 +212,14 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
         for entry in summary["labels"]:
             for figure in summary["published"]["labels"].get(entry["label"], []):
                 ours = entry["metrics"].get(figure["ours"])
+                value = figure["value"]
+                shown = (f"{len(value)} values, mean {_number(math.fsum(value) / len(value))}"
+                         if isinstance(value, list) else _number(value))
                 rows.append([entry["label"], figure["ours"], mean_se(ours) if ours else "-",
-                             _number(figure["converted"]), f"{figure['metric']} = {_number(figure['value'])}",
-                             figure["key"]])
-        lines += _md_table(["label", "metric", "ours (mean ± se)", "published", "as published", "key"], rows)
+                             _number(figure["converted"]), f"{figure['metric']} = {shown}", figure["key"],
+                             difference_text(figure["paired"], interval=True) if "paired" in figure else "-"])
+        lines += _md_table(["label", "metric", "ours (mean ± se)", "published", "as published", "key",
+                            f"ours − published, paired ({summary['level']:.0%} t)"], rows)
     baseline = summary["baseline"]
     within = summary.get("baseline_within") or []
     if baseline is not None:
@@ -344,8 +348,30 @@ def _published_summary(study: dict, summary: dict) -> dict:
     published = study.get("published") or {}
     if not published:
         return {}
-    labels = {entry["label"]: matched_figures(published, entry["label"], entry["axes"]) for entry in summary["labels"]}
-    return {"source": published["source"], "labels": {label: found for label, found in labels.items() if found}}
+    labels = {}
+    for entry in summary["labels"]:
+        found = matched_figures(published, entry["label"], entry["axes"])
+        for matched in found:
+            if "per_replicate" in matched and matched["ours"] in entry["metrics"]:
+                matched["paired"] = published_difference(entry["metrics"][matched["ours"]]["values"],
+                                                           matched["per_replicate"], summary["level"])
+        if found:
+            labels[entry["label"]] = found
+    return {"source": published["source"], "labels": labels}
+
+
+def published_difference(ours: dict, published: Sequence[float], level: float) -> dict:
+    """The paired difference ours − published (:func:`~pyrobnn.studies.aggregate.paired_difference`, its fields and
+    ``excludes_zero``) over the replicates both have: ``ours`` maps a unit's name (``"split=3"``, ``"seed=0"``,
+    ``"seed=0,split=3"``) to our value, ``published[i]`` is replicate i's (split i where the units have splits, else
+    seed i)."""
+    theirs = {}
+    for name in ours:
+        unit = dict(part.split("=") for part in name.split(","))
+        index = int(unit.get("split", unit.get("seed", -1)))
+        if 0 <= index < len(published):
+            theirs[name] = published[index]
+    return paired_difference(ours, theirs, level).to_dict()
 
 
 def write_report(records: list[dict], out: Path, baseline: str | None = None, console=None,
