@@ -59,8 +59,9 @@ PUBLISHED_METRICS: dict[str, tuple[str, Callable[[float], float]]] = {
 
 
 def check_published(published, where: str = "[published]") -> dict:
-    """``published`` checked, as ``{"source": str, key: {metric: float}, ...}`` (``{}`` for none); a
-    :class:`ValueError` names a missing source, an unknown metric or a value that is no number."""
+    """``published`` checked, as ``{"source": str, key: {metric: float, or a list of floats per replicate}, ...}``
+    (``{}`` for none); a :class:`ValueError` names a missing source, an unknown metric or a value that is neither a
+    number nor a non-empty list of numbers."""
     if not published:
         return {}
     if not isinstance(published, Mapping):
