@@ -157,8 +157,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     """
     num_samples = positive_int("num_samples", num_samples)
     num_chains = positive_int("num_chains", num_chains)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    warmup = nonnegative_int("warmup", warmup)
     map_steps = nonnegative_int("map_steps", map_steps)
     init_jitter = nonnegative("init_jitter (std of the noise added to the initial weights)", init_jitter)
     target_accept = in_range("target_accept (NUTS target acceptance probability)", target_accept, 0, 1, "()")

@@ -38,8 +38,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from pyrobnn.studies.baseline import resolve_baseline
 
-__all__ = ["STATUSES", "Summary", "Difference", "flatten", "cell_metrics", "unit_of", "unit_name", "summarize",
-           "paired_difference", "aggregate", "pooled_reliability"]
+__all__ = ["STATUSES", "Summary", "Difference", "is_number", "flatten", "cell_metrics", "unit_of", "unit_name",
+           "summarize", "paired_difference", "aggregate", "pooled_reliability"]
 
 STATUSES = ("done", "failed")
 """The states of a finished cell."""
@@ -82,7 +82,8 @@ class Difference:
         return {**asdict(self), "excludes_zero": self.excludes_zero}
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -94,7 +95,7 @@ def flatten(metrics: Mapping, prefix: str = "") -> dict[str, float]:
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             found.update(flatten(value, name + "."))
-        elif _is_number(value):
+        elif is_number(value):
             found[name] = float(value)
     return found
 
@@ -103,7 +104,7 @@ def cell_metrics(record: Mapping) -> dict[str, float]:
     """A done cell's metrics: :func:`flatten` of its ``metrics``, then its ``train_seconds`` and ``peak_memory_gb``
     where they are numbers."""
     found = flatten(record.get("metrics") or {})
-    found.update({key: float(record[key]) for key in EXTRA_METRICS if _is_number(record.get(key))})
+    found.update({key: float(record[key]) for key in EXTRA_METRICS if is_number(record.get(key))})
     return found
 
 

@@ -30,6 +30,8 @@ import itertools
 import math
 from typing import Callable, Mapping, Sequence
 
+from pyrobnn.studies.aggregate import is_number
+
 __all__ = ["PUBLISHED_METRICS", "check_published", "figures", "label_keys", "matched_figures", "unmatched_keys"]
 
 
@@ -80,16 +82,12 @@ def check_published(published, where: str = "[published]") -> dict:
                 raise ValueError(f"{where} {key!r}: unknown metric {metric!r}; choose one of "
                                  f"{', '.join(PUBLISHED_METRICS)}")
             values = value if isinstance(value, (list, tuple)) and value else [value]
-            if not all(_is_number(v) for v in values):
+            if not all(is_number(v) for v in values):
                 raise ValueError(f"{where} {key!r} {metric}: {value!r} is not a number, or a list of numbers (one "
                                  "per split or seed)")
         checked[str(key)] = {metric: [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
                              for metric, value in metrics.items()}
     return {"source": source, **checked}
-
-
-def _is_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def figures(published: Mapping) -> dict[str, dict[str, float | list[float]]]:
@@ -120,8 +118,8 @@ def unmatched_keys(published: Mapping, axes_of_labels: Sequence[Mapping[str, str
 
 def matched_figures(published: Mapping, label: str, axes: Mapping[str, str]) -> list[dict]:
     """The published figures of ``label``: ``{"key", "metric" (as published), "value", "ours" (our metric's name),
-    "converted" (the value as our metric; the mean of a list)}``, and ``"per_replicate"`` (each value as our
-    metric) for a list, the most specific key last (it wins in the tables)."""
+    "converted" (the value as our metric; the mean of a list)}``, and for a list its ``"mean"`` (as published) and
+    ``"per_replicate"`` (each value as our metric), the most specific key last (it wins in the tables)."""
     keys = label_keys(axes) | {label}
     found = []
     for key, metrics in sorted(figures(published).items(), key=lambda item: len(item[0])):
@@ -130,8 +128,8 @@ def matched_figures(published: Mapping, label: str, axes: Mapping[str, str]) -> 
                 ours, convert = PUBLISHED_METRICS[metric]
                 figure = {"key": key, "metric": metric, "value": value, "ours": ours}
                 if isinstance(value, list):
-                    figure.update(converted=convert(math.fsum(value) / len(value)),
-                                  per_replicate=[convert(v) for v in value])
+                    mean = math.fsum(value) / len(value)
+                    figure.update(mean=mean, converted=convert(mean), per_replicate=[convert(v) for v in value])
                 else:
                     figure["converted"] = convert(value)
                 found.append(figure)

@@ -213,8 +213,8 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
             for figure in summary["published"]["labels"].get(entry["label"], []):
                 ours = entry["metrics"].get(figure["ours"])
                 value = figure["value"]
-                shown = (f"{len(value)} values, mean {_number(math.fsum(value) / len(value))}"
-                         if isinstance(value, list) else _number(value))
+                shown = (f"{len(value)} values, mean {_number(figure['mean'])}" if isinstance(value, list)
+                         else _number(value))
                 rows.append([entry["label"], figure["ours"], mean_se(ours) if ours else "-",
                              _number(figure["converted"]), f"{figure['metric']} = {shown}", figure["key"],
                              difference_text(figure["paired"], interval=True) if "paired" in figure else "-"])
