@@ -11,7 +11,10 @@ batch 128) and every method:
 - ``bbb``, ``local_reparam``, ``flipout``, ``vdp``: pyrobnn's ``NormalGuide`` + Gaussian prior under
   each estimator of :data:`pyrobnn.handlers.ESTIMATORS`, stepped by :func:`pyrobnn.infer.svi.svi_step`;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (skipped when not installed);
-- ``torch_bbb``: the hand-written Bayes-by-Backprop floor of ``benchmarks/speed.py`` (no Pyro).
+- ``torch_bbb``: the hand-written Bayes-by-Backprop floor of ``benchmarks/speed.py`` (no Pyro, ``F.softplus``);
+- ``torch_bbb_same_softplus``: that floor with pyrobnn's σ kernel (:func:`pyrobnn.distributions.softplus`, which
+  avoids ``torch.log1p``, slow on some CPUs): the same arithmetic as ``bbb``, so what remains between the two is the
+  Python of Pyro and pyrobnn.
 
 A prediction pass is one posterior draw of the network on the batch, without gradients. A host
 synchronisation is an operation whose result the host must wait for: ``aten._local_scalar_dense``
@@ -42,6 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.analysis.cost import training_step
+from pyrobnn.distributions import softplus
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.infer.optim import make_optimizer
 from pyrobnn.model.likelihoods import Categorical
@@ -61,7 +65,7 @@ ESTIMATOR_OF = {"bbb": "sample", "local_reparam": "local", "flipout": "flipout",
 BAYESIAN_TORCH = {"bt_reparam": "Reparameterization", "bt_flipout": "Flipout"}
 COUNTERPART = {"bbb": "bt_reparam", "local_reparam": "bt_reparam", "flipout": "bt_flipout"}
 """pyrobnn's estimator -> bayesian-torch's method it must not exceed in operations per step."""
-METHODS = ("det", *ESTIMATOR_OF, *BAYESIAN_TORCH, "torch_bbb")
+METHODS = ("det", *ESTIMATOR_OF, *BAYESIAN_TORCH, "torch_bbb", "torch_bbb_same_softplus")
 NUM_DATA = 60000
 
 SYNCHRONIZING = frozenset({"aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.unique",
@@ -176,6 +180,8 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
             steps[method] = bayesian_torch_step(net, BAYESIAN_TORCH[method], x, y)
         elif method == "torch_bbb":
             steps[method] = _torch_bbb_step(net, x, y, NUM_DATA)
+        elif method == "torch_bbb_same_softplus":
+            steps[method] = _torch_bbb_step(net, x, y, NUM_DATA, softplus=softplus)
         else:
             raise ValueError(f"unknown method {method!r}: one of {METHODS}")
     return {k: v for k, v in steps.items() if v is not None}

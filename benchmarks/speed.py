@@ -61,8 +61,10 @@ def steppers(device, hidden=400, batch=128, num_data=60000):
     }
 
 
-def _torch_bbb_step(net, x, y, num_data):
-    """Bayes by Backprop by hand, without Pyro: w = mu + softplus(rho) * eps, loss = N * mean NLL + KL(q || N(0, 1))."""
+def _torch_bbb_step(net, x, y, num_data, softplus=torch.nn.functional.softplus):
+    """Bayes by Backprop by hand, without Pyro: w = mu + softplus(rho) * eps, loss = N * mean NLL + KL(q || N(0, 1)).
+    ``softplus``: ``F.softplus`` as a user writes it, or :func:`pyrobnn.distributions.softplus`, the kernel pyrobnn's
+    guide uses (the same arithmetic in both steps: what remains between them is the Python of Pyro and pyrobnn)."""
     net = copy.deepcopy(net).to(x.device)
     mus = [p.detach().clone().requires_grad_() for p in net.parameters()]
     rhos = [torch.full_like(p, -5.0).requires_grad_() for p in mus]
@@ -72,7 +74,7 @@ def _torch_bbb_step(net, x, y, num_data):
     def step():
         weights, kl = {}, 0.0
         for name, mu, rho in zip(names, mus, rhos):
-            sigma = torch.nn.functional.softplus(rho)
+            sigma = softplus(rho)
             weights[name] = mu + sigma * torch.randn_like(mu)
             kl = kl + 0.5 * (sigma.square().sum() + mu.square().sum()) - sigma.log().sum()
         logits = torch.func.functional_call(net, weights, (x,))
@@ -81,6 +83,7 @@ def _torch_bbb_step(net, x, y, num_data):
         loss.backward()
         optim.step()
 
+    step.parameters = mus + rhos  # the variational parameters, as the step updates them
     return step
 
 

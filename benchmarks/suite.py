@@ -10,7 +10,8 @@ alike):
   of :data:`pyrobnn.handlers.ESTIMATORS` (weight sampling, Blundell et al. 2015; local reparameterization, Kingma,
   Salimans & Welling 2015; flipout, Wen et al. 2018; VDP++ moments), stepped by :func:`pyrobnn.infer.svi.svi_step`;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (skipped when not installed);
-- ``torch_bbb``: the hand-written Bayes-by-Backprop floor (``benchmarks/speed.py``, no Pyro);
+- ``torch_bbb``: the hand-written Bayes-by-Backprop floor (``benchmarks/speed.py``, no Pyro, ``F.softplus``), and
+  ``torch_bbb_same_softplus``, the same with pyrobnn's σ kernel: ``bbb`` against it is the cost of Pyro's Python;
 - ``<method>_compiled``: the methods of ``--compiled-methods`` (default ``bbb``) with ``svi_step(compile=True)``,
   and ``det_compiled``, the plain step of the network under ``torch.compile``, their baseline (``--compiled``: the
   networks to compile them on);

@@ -12,6 +12,7 @@ from torch import nn
 
 from pyrobnn import BayesianNetwork, GaussianPrior, MeanFieldELBO, NormalGuide, ScaleMixturePrior
 from pyrobnn.handlers import ESTIMATORS, flipout, local_reparameterization, weight_sampling
+from pyrobnn.handlers.flipout_messenger import rademacher
 from pyrobnn.handlers.gaussian_weight import GaussianWeight
 from pyrobnn.infer.optim import Optim, make_optimizer
 from pyrobnn.infer.svi import svi_step
@@ -64,6 +65,26 @@ def test_conv2d_preactivations_have_the_moments_of_weight_sampling(mode):
                                 GaussianWeight(b_loc, b_scale, ESTIMATORS[mode]()),
                                 padding=1) for _ in range(S // 4)])
     _check_moments(out, mean, var, mode)
+
+
+def test_flipout_signs_are_independent_fair_coin_flips():
+    """rademacher(like): ±1 of like's shape and dtype; over 400 draws of 6,405 signs (not a multiple of the 16 bits
+    of a random word) each sign is +1 half the time, at every position (each bit of a word) within 5 standard
+    errors, and neighbours (within a word, lag 1) and equal bits of consecutive words (lag 16) are uncorrelated."""
+    torch.manual_seed(0)
+    like = torch.empty(61, 3, 7, 5, dtype=torch.float64)
+    draws = torch.stack([rademacher(like) for _ in range(400)])
+    assert draws.dtype == torch.float64 and draws.shape[1:] == like.shape
+    assert set(draws.unique().tolist()) == {-1.0, 1.0}
+    flat = draws.view(400, -1)
+    frequency = (flat > 0).double().mean(0)  # per position, over the draws
+    assert (frequency - 0.5).abs().max() < 5 * 0.5 / math.sqrt(400)
+    assert abs(frequency.mean() - 0.5) < 4 * 0.5 / math.sqrt(flat.numel())
+    for lag in (1, 16):
+        correlation = (flat[:, lag:] * flat[:, :-lag]).mean()
+        assert abs(correlation) < 4 / math.sqrt(flat[:, lag:].numel())
+    torch.manual_seed(0)
+    assert torch.equal(rademacher(like), draws[0])  # the seed decides them
 
 
 def test_flipout_examples_are_decorrelated_but_local_draws_are_independent():

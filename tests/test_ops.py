@@ -125,6 +125,22 @@ def test_a_step_dispatches_no_more_operations_than_bayesian_torch_and_reads_noth
     assert not ours.syncs
 
 
+def test_the_two_hand_written_floors_take_the_same_step():
+    """torch_bbb with F.softplus and with pyrobnn's softplus: from the same seed, the same parameters after three
+    steps (to float32 rounding), so the suite's two floors differ in time only."""
+    x, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    steps = ops.training_steps("mlp400", x, y, ("torch_bbb", "torch_bbb_same_softplus"))
+    updated = {}
+    for name, step in steps.items():
+        torch.manual_seed(1)
+        for _ in range(3):
+            step()
+        updated[name] = [p.detach().clone() for p in step.parameters]
+    assert len(updated["torch_bbb"]) == 8  # locations and rho of two weights and two biases
+    for ours, theirs in zip(updated["torch_bbb"], updated["torch_bbb_same_softplus"]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
 def test_the_suite_reports_every_method_and_its_ratio_to_det(monkeypatch, capsys):
     """benchmarks/suite.py end to end at the smallest size: one network, one round, the traced step, no compiler."""
     import json
@@ -136,7 +152,8 @@ def test_the_suite_reports_every_method_and_its_ratio_to_det(monkeypatch, capsys
                                       "--threads", "1"])
     suite.main()
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cpu"]["mlp400"]
-    methods = [m for m in ops.METHODS if m in ("det", "torch_bbb", *ops.ESTIMATOR_OF)] + ["bbb_traced"]
+    methods = [m for m in ops.METHODS if m in ("det", "torch_bbb", "torch_bbb_same_softplus", *ops.ESTIMATOR_OF)]
+    methods += ["bbb_traced"]
     for method in methods:
         assert figures[f"{method}_ms"] > 0 and figures[f"{method}_ops"] > 0
         if method != "det":

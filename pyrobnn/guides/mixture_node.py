@@ -27,9 +27,8 @@ from __future__ import annotations
 import torch
 
 from pyrobnn.checks import choice, nonnegative, positive, positive_int
-from pyrobnn.distributions import MIXTURE_KLS, EqualMixtureNormal
+from pyrobnn.distributions import MIXTURE_KLS, EqualMixtureNormal, softplus
 from pyrobnn.guides.base import InitLoc, SiteGuide
-from pyrobnn.guides.normal import softplus
 from pyrobnn.model.priors import NodePrior
 
 __all__ = ["MixtureNodeGuide"]

@@ -10,30 +10,10 @@ import torch
 from torch.distributions import Independent, kl_divergence
 
 from pyrobnn.checks import choice, finite
-from pyrobnn.distributions import IsotropicNormal, ScaleMixtureNormal
+from pyrobnn.distributions import IsotropicNormal, ScaleMixtureNormal, softplus
 from pyrobnn.guides.base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["NormalGuide", "PARAMETERIZATIONS", "JointNormal"]
-
-
-class _Softplus(torch.autograd.Function):
-    r""":math:`\log(1 + e^{\rho})` (``rho`` itself above 20, as ``F.softplus``) with gradient
-    :math:`\mathrm{sigmoid}(\rho)`: the same values as ``F.softplus`` in about half its CPU time."""
-
-    @staticmethod
-    def forward(ctx, rho):
-        ctx.save_for_backward(rho)
-        return torch.where(rho > 20.0, rho, torch.log1p(torch.exp(rho)))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (rho,) = ctx.saved_tensors
-        return grad * torch.sigmoid(rho)
-
-
-def softplus(rho: torch.Tensor) -> torch.Tensor:
-    r""":math:`\sigma = \log(1 + e^{\rho})`, the positive scale of Bayes by Backprop."""
-    return _Softplus.apply(rho)
 
 
 def _split(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
