@@ -45,7 +45,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.analysis.cost import training_step
-from pyrobnn.distributions import softplus
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.infer.optim import make_optimizer
 from pyrobnn.model.likelihoods import Categorical
@@ -180,7 +179,9 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
             steps[method] = bayesian_torch_step(net, BAYESIAN_TORCH[method], x, y)
         elif method == "torch_bbb":
             steps[method] = _torch_bbb_step(net, x, y, NUM_DATA)
-        elif method == "torch_bbb_same_softplus":
+        elif method == "torch_bbb_same_softplus":  # imported here: ops.py also runs on packages without it
+            from pyrobnn.distributions import softplus
+
             steps[method] = _torch_bbb_step(net, x, y, NUM_DATA, softplus=softplus)
         else:
             raise ValueError(f"unknown method {method!r}: one of {METHODS}")

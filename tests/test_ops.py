@@ -160,3 +160,15 @@ def test_the_suite_reports_every_method_and_its_ratio_to_det(monkeypatch, capsys
             assert figures[f"{method}_ratio"] == pytest.approx(figures[f"{method}_ms"] / figures["det_ms"], abs=0.011)
     assert figures["bbb_ops"] < figures["torch_bbb_ops"]
     assert not any(key.endswith("_compiled_ms") for key in figures)
+
+
+def test_the_step_profile_names_the_operations_of_a_step_and_log1p_and_uniform_are_not_among_them():
+    """benchmarks/profile_step.py on tiny steps: ms per step by operation; BBB draws its weight noise
+    (``aten::normal_``) and computes σ without ``aten::log1p`` (no vectorised CPU kernel in some builds); flipout draws
+    its signs as bits of random integers (``aten::random_``), not one ``aten::uniform_`` number per sign."""
+    profile_step = pytest.importorskip("profile_step")
+    bbb = profile_step.profile("mlp400", "bbb", batch=8, steps=2, device=torch.device("cpu"))
+    assert bbb["aten::normal_"] > 0 and "aten::log1p" not in bbb
+    assert list(bbb.values()) == sorted(bbb.values(), reverse=True)
+    flipout = profile_step.profile("mlp400", "flipout", batch=8, steps=2, device=torch.device("cpu"))
+    assert flipout["aten::random_"] > 0 and "aten::uniform_" not in flipout
