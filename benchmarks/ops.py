@@ -113,23 +113,41 @@ def count(fn: Callable[[], object], warmup: int = 2) -> OpCounter:
     return counter
 
 
-def python_calls(fn: Callable[[], object], warmup: int = 2) -> int:
+ORIGINS = ("pyro", "pyrobnn", "torch", "builtin", "other")
+"""Where a Python call goes (:func:`python_calls_by_origin`): a function of Pyro's, pyrobnn's or torch's Python
+code, a builtin (``getattr``, ``isinstance``, a C method), or anything else (the standard library, the benchmark)."""
+
+
+def _origin(frame, event: str) -> str:
+    if event == "c_call":
+        return "builtin"
+    package = (frame.f_globals.get("__name__") or "").partition(".")[0]  # the module's top package
+    return package if package in ("pyro", "pyrobnn", "torch") else "other"
+
+
+def python_calls_by_origin(fn: Callable[[], object], warmup: int = 2) -> dict[str, int]:
     """The Python function calls (of Python functions and of builtins, as cProfile counts them) of one call of
-    ``fn`` after ``warmup`` calls: the interpreter's share of a step, which no operation count sees."""
+    ``fn`` after ``warmup`` calls, by :data:`ORIGINS`: the interpreter's share of a step, which no operation count
+    sees, and whose code spends it."""
     for _ in range(warmup):
         fn()
-    calls = 0
+    calls = collections.Counter()
 
     def profile(frame, event, arg):
-        nonlocal calls
-        calls += event == "call" or (event == "c_call" and arg is not sys.setprofile)  # not the closing one
+        if event == "call" or (event == "c_call" and arg is not sys.setprofile):  # not the closing one
+            calls[_origin(frame, event)] += 1
 
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
-    return calls
+    return {origin: calls[origin] for origin in ORIGINS}
+
+
+def python_calls(fn: Callable[[], object], warmup: int = 2) -> int:
+    """All Python function calls of one call of ``fn`` after ``warmup`` calls (:func:`python_calls_by_origin`)."""
+    return sum(python_calls_by_origin(fn, warmup).values())
 
 
 def bayesian_torch_step(net: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None] | None:
@@ -228,8 +246,8 @@ def _pyrobnn_pass(model, guide, x, estimator: str):
 
 
 def measure(name: str, device: torch.device, batch: int = 128, methods=METHODS) -> dict[str, dict]:
-    """Per method: ``step_ops``, ``step_syncs``, ``step_python_calls``, ``predict_ops``, ``predict_syncs`` and the ops
-    by name."""
+    """Per method: ``step_ops``, ``step_syncs``, ``step_python_calls`` (and ``step_python_calls_by_origin``),
+    ``predict_ops``, ``predict_syncs`` and the ops by name."""
     x = torch.rand((batch,) + NETWORKS[name][1], device=device)
     y = torch.randint(0, 10, (batch,), device=device)
     pyro.clear_param_store()
@@ -237,8 +255,9 @@ def measure(name: str, device: torch.device, batch: int = 128, methods=METHODS) 
     with pyro.validation_enabled(False):
         for method, step in training_steps(name, x, y, methods).items():
             counter = count(step)
+            origins = python_calls_by_origin(step, warmup=0)  # count() warmed it up
             result[method] = {"step_ops": counter.total, "step_syncs": sum(counter.syncs.values()),
-                              "step_python_calls": python_calls(step, warmup=0),  # count() warmed it up
+                              "step_python_calls": sum(origins.values()), "step_python_calls_by_origin": origins,
                               "step_by_op": dict(counter.ops.most_common())}
         for method, run in prediction_passes(name, x, methods).items():
             counter = count(run)

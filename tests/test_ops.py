@@ -39,6 +39,11 @@ def test_python_calls_counts_each_call_of_a_python_function_or_a_builtin():
 
     assert ops.python_calls(step, warmup=0) == 5  # step, inner twice, len twice
     assert ops.python_calls(lambda: None, warmup=0) == 1
+    # by origin: this file's functions are "other", len a builtin, torch.nn.functional.relu torch's Python
+    assert ops.python_calls_by_origin(step, warmup=0) == {"pyro": 0, "pyrobnn": 0, "torch": 0, "builtin": 2,
+                                                          "other": 3}
+    relu = ops.python_calls_by_origin(lambda: torch.nn.functional.relu(torch.zeros(1)), warmup=0)
+    assert relu["torch"] >= 1 and relu["pyro"] == relu["pyrobnn"] == 0
 
 
 def _model_guide(prior=None, seed=0):
