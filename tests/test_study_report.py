@@ -242,3 +242,12 @@ def test_a_figure_published_per_split_is_compared_split_by_split(tmp_path):
     assert "5 values, mean" in markdown and f"{d.mean():+.3f}" in markdown
     with pytest.raises(ValueError, match="a list of numbers"):
         check_published({"source": "s", "mcdropout": {"log_likelihood": [-2.4, "x"]}})
+
+
+@pytest.mark.parametrize("unit", [(0, None), (None, 3), (2, 7), (None, None)])
+def test_a_unit_name_reads_back_as_its_unit(unit):
+    """The summary keys a label's values by unit name ("seed=0,split=3", "-" for none); the paired comparison with a
+    published list reads the unit back from it."""
+    from pyrobnn.studies.aggregate import unit_from_name, unit_name
+
+    assert unit_from_name(unit_name(unit)) == unit

@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from pyrobnn.studies.baseline import resolve_baseline
 
 __all__ = ["STATUSES", "Summary", "Difference", "is_number", "flatten", "cell_metrics", "unit_of", "unit_name",
-           "summarize", "paired_difference", "aggregate", "pooled_reliability"]
+           "unit_from_name", "summarize", "paired_difference", "aggregate", "pooled_reliability"]
 
 STATUSES = ("done", "failed")
 """The states of a finished cell."""
@@ -116,6 +116,12 @@ def unit_of(record: Mapping) -> tuple:
 def unit_name(unit: tuple) -> str:
     """``"seed=0"``, ``"split=3"``, ``"seed=0,split=3"`` or ``"-"``."""
     return ",".join(f"{name}={value}" for name, value in zip(("seed", "split"), unit) if value is not None) or "-"
+
+
+def unit_from_name(name: str) -> tuple:
+    """The unit ``(seed, split)`` of a :func:`unit_name` (the summary keys values by name): its inverse."""
+    parts = dict(part.split("=") for part in name.split(",")) if name != "-" else {}
+    return tuple(int(parts[field]) if field in parts else None for field in ("seed", "split"))
 
 
 def summarize(values: Sequence[float]) -> Summary:

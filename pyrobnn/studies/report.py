@@ -31,7 +31,7 @@ from rich.text import Text
 
 from pyrobnn.analysis.plots import figure, save_png
 from pyrobnn.files import atomic_write, write_json
-from pyrobnn.studies.aggregate import aggregate, paired_difference, pooled_reliability, unit_name
+from pyrobnn.studies.aggregate import aggregate, paired_difference, pooled_reliability, unit_from_name, unit_name
 from pyrobnn.studies.cache import STUDY_FILE, read_json
 from pyrobnn.studies.published import matched_figures
 
@@ -367,9 +367,9 @@ def published_difference(ours: dict, published: Sequence[float], level: float) -
     seed i)."""
     theirs = {}
     for name in ours:
-        unit = dict(part.split("=") for part in name.split(","))
-        index = int(unit.get("split", unit.get("seed", -1)))
-        if 0 <= index < len(published):
+        seed, split = unit_from_name(name)
+        index = split if split is not None else seed
+        if index is not None and 0 <= index < len(published):
             theirs[name] = published[index]
     return paired_difference(ours, theirs, level).to_dict()
 
