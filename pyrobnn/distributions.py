@@ -51,6 +51,7 @@ __all__ = [
     "softplus", "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
     "KINGMA_CONSTANTS", "MOLCHANOV_CONSTANTS", "KL_APPROXIMATIONS", "DropoutWeight", "dropout_kl_constant",
     "EqualMixtureNormal", "MIXTURE_KLS", "mixture_mean_kl", "mixture_entropy_lower_bound", "mixture_kl_upper_bound",
+    "PushedNormal", "support_transform", "MomentCategorical",
 ]
 
 
@@ -413,6 +414,16 @@ def _kl_dropout_weight_gaussian(q, p):
     return second_moment * (0.5 / p.scale**2)
 
 
+@register_kl(DropoutWeight, Independent)
+@register_kl(DropoutWeight, Normal)
+def _kl_dropout_weight_normal(q, p):
+    """The same against a Gaussian prior with a location and scale per weight (a user's ``Normal(loc, scale)``
+    expanded to the weight's shape, made one event by ``to_event``)."""
+    prior_loc, prior_scale = _gaussian_moments(p, q.event_shape)
+    variance = q.variance if q.dropped else torch.zeros_like(q.loc)
+    return (((q.loc - prior_loc).square() + variance) / (2 * prior_scale**2)).sum()
+
+
 def dropout_kl_constant(q: DropoutWeight, p: IsotropicNormal) -> float:
     r""":math:`\frac D2\log(2\pi\sigma_p^2)`: what the cross-entropy :math:`-\mathbb E_q\log p(W)` adds to the
     KL of a :class:`DropoutWeight` posterior against a Gaussian prior (a constant: no gradient)."""
@@ -608,3 +619,98 @@ def _kl_equal_mixture_gaussian(q, p):
     if q.entropy_weight:
         kl = kl - q.entropy_weight * mixture_entropy_lower_bound(q)
     return kl
+
+
+# -- a latent off the weights: a Normal of the unconstrained space, pushed to the support ----------------------
+
+def support_transform(prior):
+    """The bijection :math:`T` from the reals onto ``prior``'s support that a latent off the weights is sampled
+    through: the prior's own transforms when it is a push-forward of a Normal (``LogNormal``: :math:`\\exp`), so
+    posterior and prior share their unconstrained space (and the KL its closed form), else
+    ``biject_to(prior.support)``."""
+    if isinstance(prior, torch.distributions.TransformedDistribution):
+        base = prior.base_dist.base_dist if isinstance(prior.base_dist, Independent) else prior.base_dist
+        if type(base) in (Normal, dist.Normal) and prior.transforms:
+            transforms = prior.transforms
+            return transforms[0] if len(transforms) == 1 else torch.distributions.ComposeTransform(transforms)
+    return torch.distributions.biject_to(prior.support)
+
+
+class PushedNormal(TorchDistribution):
+    r""":math:`q(\theta) = T_\#\,\mathcal N(\mu, \operatorname{diag}\sigma^2)`: :math:`\theta = T(u)`,
+    :math:`u \sim \mathcal N(\mu, \sigma^2)`, for a bijection :math:`T` from the reals onto a latent's support
+    (``biject_to(support)``; e.g. :math:`\exp` for a noise scale), with density
+
+    .. math:: \log q(\theta) = \log\mathcal N(T^{-1}(\theta); \mu, \sigma^2)
+              - \log\left|\det \frac{\partial T}{\partial u}\right|,
+
+    one event over the whole value (a global latent). What ``TransformedDistribution(Normal(...).to_event(d), T)``
+    gives, the mean-field family Pyro's ``AutoNormal`` uses for every site, built without its per-call checks (a
+    training step builds one per site); a value it sampled last is scored from its :math:`u` (no inverse).
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor, transform, validate_args=None):
+        self.loc, self.scale, self.transform = loc, scale, transform
+        self._last = None
+        elementwise = transform.domain.event_dim == 0 and transform.codomain.event_dim == 0
+        super().__init__(torch.Size(), loc.shape if elementwise else transform.forward_shape(loc.shape),
+                         validate_args=False)
+
+    @property
+    def support(self):
+        return self.transform.codomain
+
+    def rsample(self, sample_shape=torch.Size()):
+        u = torch.addcmul(self.loc, self.scale,
+                          torch.randn(torch.Size(sample_shape) + self.loc.shape, dtype=self.loc.dtype,
+                                      device=self.loc.device))
+        value = self.transform(u)
+        self._last = (value, u)
+        return value
+
+    def log_prob(self, value):
+        u = self._last[1] if self._last is not None and self._last[0] is value else self.transform.inv(value)
+        dims = self.loc.dim()
+        log_density = sum_rightmost(Normal(self.loc, self.scale, validate_args=False).log_prob(u), dims)
+        jacobian = self.transform.log_abs_det_jacobian(u, value)
+        return log_density - sum_rightmost(jacobian, jacobian.dim() - (u.dim() - dims))
+
+
+@register_kl(PushedNormal, torch.distributions.TransformedDistribution)
+def _kl_pushed_normal_transformed(q, p):
+    r"""A prior that is the push-forward of a Normal by the same bijection (``LogNormal`` =
+    :math:`\exp_\#\mathcal N(m, s^2)` against :math:`\exp_\#\mathcal N(\mu, \sigma^2)`): the KL is invariant under
+    the bijection, so it is the closed form of the two Normals; any other pair has none here
+    (``NotImplementedError``: the ELBO estimates it by Monte Carlo)."""
+    base = p.base_dist.base_dist if isinstance(p.base_dist, Independent) else p.base_dist
+    if support_transform(p) != q.transform or type(base) not in (Normal, dist.Normal) \
+            or p.event_shape != q.event_shape:
+        raise NotImplementedError
+    kl = kl_divergence(Normal(q.loc, q.scale, validate_args=False),
+                       Normal(base.loc, base.scale, validate_args=False))
+    return sum_rightmost(kl, q.loc.dim())
+
+
+# -- VDP++'s observation model of a classifier ----------------------------------------------------------------
+
+class MomentCategorical(dist.TorchDistribution):
+    r"""VDP++'s observation model (eq. 11): the one-hot target :math:`y` under independent
+    Gaussians on the softmax outputs, :math:`\log p(y) = -\tfrac12\sum_k \big[\log\sigma_k^2 +
+    (y_k - \mu_k)^2/\sigma_k^2\big]` (constant dropped), with :math:`(\mu, \sigma^2)` the propagated
+    moments of the softmax and ``min_variance`` added to :math:`\sigma^2` for stability."""
+
+    arg_constraints = {}
+    support = constraints.nonnegative_integer
+
+    def __init__(self, mean: torch.Tensor, var: torch.Tensor, min_variance: float = 1e-3, validate_args=None):
+        self.probs_mean, self.probs_var = mean, var + min_variance
+        super().__init__(mean.shape[:-1], validate_args=validate_args)
+
+    def log_prob(self, value):
+        # one-hot by comparison: F.one_hot reads the labels' range (a host read a recorded step cannot make)
+        classes = torch.arange(self.probs_mean.shape[-1], device=value.device)
+        onehot = (value.long().unsqueeze(-1) == classes).to(self.probs_mean.dtype)
+        return -0.5 * (self.probs_var.log() + (onehot - self.probs_mean).square() / self.probs_var).sum(-1)

@@ -210,21 +210,25 @@ def test_batched_potential_is_the_flat_potential_of_every_chain(prior, task):
 
 
 class Scaled(nn.Module):
-    """A Bayesian parameter used outside a Linear/Conv layer: the batched pass cannot run it."""
+    """A Bayesian parameter used outside a Linear/Conv layer: on the layer's output each chain's rows meet its own
+    value (ParticleValues), so the batched pass runs it; on the input, shared by the chains before the first layer,
+    it cannot."""
 
-    def __init__(self):
+    def __init__(self, on_input: bool = False):
         super().__init__()
         self.linear = nn.Linear(2, 1)
         self.gain = nn.Parameter(torch.ones(1))
+        self.on_input = on_input
 
     def forward(self, x):
-        return self.linear(x) * self.gain
+        return self.linear(x * self.gain) if self.on_input else self.linear(x) * self.gain
 
 
 def test_a_network_that_cannot_batch_is_refused_by_name_or_sampled_by_pyro():
     torch.manual_seed(0)
     x, y = torch.randn(10, 2), torch.randn(10, 1)
-    model = BayesianNetwork(Scaled(), Gaussian(0.5))
+    BatchedPotential(FlatPotential(BayesianNetwork(Scaled(), Gaussian(0.5)), x, y))  # checks every chain's potential
+    model = BayesianNetwork(Scaled(on_input=True), Gaussian(0.5))
     with pytest.raises(CannotBatch, match="outside a Linear/Conv layer"):
         BatchedPotential(FlatPotential(model, x, y))
     with pytest.raises(ValueError, match=r"sampler='batched'.*cannot run several weight vectors.*sampler='pyro'"):

@@ -116,19 +116,34 @@ def test_gradients_reach_mu_and_rho(handler):
 
 
 @pytest.mark.parametrize("handler", [local_reparameterization, flipout, weight_sampling])
-def test_non_normal_latent_sites_pass_through_and_refuse_particles(handler):
-    """A non-Normal latent (e.g. a Laplace weight, a Gamma noise scale) is sampled as usual; under
-    vectorized particles it cannot be drawn S times, so the handler says so (svi_step then loops)."""
-    from pyrobnn.handlers.particles import ParticlesUnsupported
+def test_non_normal_latent_sites_are_sampled_as_usual_and_once_per_particle(handler):
+    """A non-Normal latent (e.g. a Laplace weight, a Gamma noise scale) is sampled as usual; under S vectorized
+    particles a reparameterized one is drawn S times (one value per particle, ParticleValues, scored on those
+    draws); one that cannot be reparameterized (a discrete latent) is refused by name (svi_step then loops)."""
+    from pyrobnn.handlers.lazy_value import ScoredByDraws
+    from pyrobnn.handlers.particles import ParticlesUnsupported, ParticleValues
 
     def guide():
         return pyro.sample("w", dist.Laplace(torch.zeros(3), 1.0).to_event(1))
 
-    with handler():
+    with pytest.warns(UserWarning, match="found no site it can act on"), handler():
         value = guide()
     assert type(value) is torch.Tensor and value.shape == (3,) and value.abs().sum() > 0
-    with handler(num_particles=2, batch_size=4), pytest.raises(ParticlesUnsupported, match=r"site 'w'.*Laplace"):
-        guide()
+    with handler(num_particles=2, batch_size=4):
+        trace = pyro.poutine.trace(guide).get_trace()
+    value = trace.nodes["w"]["value"]
+    assert isinstance(value, ParticleValues) and value.values.shape == (2, 3) and value.shape == (3,)
+    assert not torch.equal(value.values[0], value.values[1])
+    fn = trace.nodes["w"]["fn"]
+    assert isinstance(fn, ScoredByDraws)
+    expected = dist.Laplace(torch.zeros(3), 1.0).to_event(1).log_prob(value.values).mean()
+    assert torch.allclose(fn.log_prob(value), expected)
+
+    def discrete():
+        return pyro.sample("k", dist.Bernoulli(0.5))
+
+    with handler(num_particles=2, batch_size=4), pytest.raises(ParticlesUnsupported, match=r"site 'k'.*Bernoulli"):
+        discrete()
 
 
 def test_layers_without_a_rule_keep_weight_sampling():

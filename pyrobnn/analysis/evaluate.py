@@ -7,7 +7,8 @@ import torch
 from pyrobnn.analysis.metrics import classification_metrics, mixture_log_likelihood, regression_metrics
 from pyrobnn.checks import positive_int
 from pyrobnn.handlers.moments import Moments
-from pyrobnn.infer.predict import predict, predict_moments, predictive_outputs
+from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments, predictive_outputs
+from pyrobnn.model.protocol import network_model
 
 __all__ = ["evaluate", "Validation"]
 
@@ -27,6 +28,7 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
     regression metrics are in the target's original units (an RMSE times ``std``, a log density minus
     ``log std``).
     """
+    model = network_model(model, x[:PROTOTYPE_ROWS])
     regression = model.task != "classification"
     if moments:
         pred = predict_moments(model, guide, x, batch_size)
@@ -41,6 +43,8 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
     else:
         pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory, progress)
     y = y.to(next(iter(pred.values())).device)
+    if regression and y.dim() == pred["mean"].dim() - 1 and pred["mean"].shape[-1] == 1:
+        y = y.unsqueeze(-1)  # one target per example, (N,), of a network with one output (N, 1)
     if not regression:
         return classification_metrics(pred["probs"], y)
     if target_scale is not None:
@@ -48,6 +52,8 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
         y, means, scales = loc + scale * y, loc + scale * means, scale * scales
         pred = {"mean": loc + scale * pred["mean"], "std": scale * pred["std"]}
     metrics = regression_metrics(pred["mean"], pred["std"], y)
+    if y.dim() == 1:  # one target per example, (N,): the mixture's single output dimension
+        y, means, scales = y[:, None], means[..., None], scales.expand_as(means)[..., None]
     return {**metrics, "log_likelihood": mixture_log_likelihood(means, scales, y)}
 
 

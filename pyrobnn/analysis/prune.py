@@ -33,7 +33,8 @@ __all__ = ["principled_masks", "snr_masks", "log_alpha_masks", "random_masks", "
 
 
 def _weights(guide, include_biases: bool):
-    names = [n for n in guide.site_names if include_biases or not n.endswith("bias")]
+    """The sites the family models (a network's weights; a noise scale of a model written by hand is none)."""
+    names = [n for n in guide.family_names if include_biases or not n.endswith("bias")]
     if not names:
         raise ValueError("the guide has no Bayesian weights to prune")
     return names
@@ -106,7 +107,7 @@ def magnitude_masks(guide, fraction: float, include_biases: bool = False) -> dic
 
 def apply_masks(guide, masks: dict[str, torch.Tensor]) -> None:
     """Remove the masked-out weights from the guide in place (mean 0, vanishing variance)."""
-    unknown = set(masks) - set(guide.site_names)
+    unknown = set(masks) - set(guide.family_names)
     if unknown:
         raise ValueError(f"masks name sites the guide does not have: {sorted(unknown)}")
     for name, keep in masks.items():

@@ -39,8 +39,9 @@ class Evaluate:
 
     checkpoint: Annotated[Path, arg(metavar="FILE")]
     """The checkpoint.pt (or draws.pt) to evaluate."""
-    num_samples: int = 100
-    """Monte-Carlo samples of the posterior predictive (the draws.pt of pyrobnn mcmc: each of its draws once)."""
+    num_samples: Annotated[Optional[int], arg(help_behavior_hint="(default: 100; a draws.pt: every draw once)")] = None
+    """Monte-Carlo samples of the posterior predictive; of a draws.pt (NUTS, an ensemble, Laplace), that many draws
+    spread evenly over all chains and the whole run."""
     seed: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the training seed)")] = None
     """Seed of the Monte-Carlo samples (the training seed gives the numbers the training report printed)."""
     data_root: Annotated[Optional[Path], arg(metavar="PATH", help_behavior_hint="(default: as trained)")] = None
@@ -71,7 +72,8 @@ class Evaluate:
 def evaluate(args: Evaluate) -> dict[str, float]:
     """Rebuild model and guide from the checkpoint, print the test metrics table."""
 
-    positive_int("--num-samples", args.num_samples)
+    if args.num_samples is not None:
+        positive_int("--num-samples", args.num_samples)
     if args.test_size is not None:
         positive_int("--test-size", args.test_size)
     check_severities(args.corruptions)
@@ -87,12 +89,16 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     if args.corruptions:
         check_corruptible(cfg, data)
     ood = load_ood(args.ood_dataset, cfg, data) if args.ood_dataset is not None else None
-    if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` (or train) reported it
-        num_samples, moments, row = len(guide), False, "nuts" if state["kind"] == MCMC_KIND else state["kind"]
-        title = (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])})" if row == "nuts"
-                 else f"{args.checkpoint} ({row}, {num_samples} draws)")
+    if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` (or train) reported it, or an
+        # evenly thinned subset (PosteriorDraws.thinned: every chain, the whole run)
+        num_samples = len(guide) if args.num_samples is None else args.num_samples
+        moments, row = False, "nuts" if state["kind"] == MCMC_KIND else state["kind"]
+        subset = "" if num_samples == len(guide) else f", {num_samples} spread over them"
+        title = (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])}{subset})" if row == "nuts"
+                 else f"{args.checkpoint} ({row}, {len(guide)} draws{subset})")
     else:
-        num_samples, moments, row = args.num_samples, cfg.optim.estimator == "vdp", cfg.guide.name
+        num_samples = 100 if args.num_samples is None else args.num_samples
+        moments, row = cfg.optim.estimator == "vdp", cfg.guide.name
         title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
     seed = seed_of(cfg) if args.seed is None else args.seed
     max_memory = gigabytes(args.max_memory)

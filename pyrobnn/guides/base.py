@@ -26,15 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from typing import Callable, Iterator, Union
 
 import pyro
+import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroParam
+from torch.distributions.transforms import identity_transform
 
 from pyrobnn._compat import pyro_name
-from pyrobnn.model.conversion import Site
+from pyrobnn.distributions import PushedNormal, support_transform
 from pyrobnn.model.param_store import claim
+from pyrobnn.model.protocol import Site, network_model
 
 __all__ = ["SiteGuide", "InitLoc", "SHARING", "shared_shape", "direct_parameters"]
 
@@ -124,12 +129,24 @@ def _initial_loc(site: Site, init_loc: InitLoc) -> torch.Tensor:
 
 
 class SiteGuide(PyroModule):
-    """Base class of mean-field guides over the sites of a :class:`~pyrobnn.BayesianNetwork`.
+    """Base class of mean-field guides over the latent sites of a model of a network
+    (:class:`~pyrobnn.model.protocol.NetworkModel`).
 
-    :param model: the Pyro model whose sites this guide covers.
+    The posterior family (:meth:`setup_site`, :meth:`get_posterior`) covers the sites it models
+    (:meth:`covers`: the real-valued parameters of modules, a network's weights); every other latent site (a noise
+    scale, any constrained latent) gets a mean-field Normal in the unconstrained space, pushed through Pyro's
+    ``biject_to(support)`` (:meth:`setup_fallback`, :meth:`fallback_posterior`), as ``AutoNormal`` gives every
+    site. A discrete latent, or one sampled inside a plate (one value per example), is refused, naming the site.
+
+    A :class:`~pyrobnn.BayesianNetwork` lists its sites, so the guide makes its parameters when it is built; a Pyro
+    model written by hand is read by running it (:class:`~pyrobnn.model.protocol.TracedModel`), on the guide's first
+    call with the model's arguments, as Pyro's autoguides do (``fit`` makes that call before it builds the
+    optimiser).
+
+    :param model: the Pyro model whose latent sites this guide covers.
     :param init_loc: initial posterior location: ``"module"`` (the network's
-        current, e.g. pretrained, weights), ``"prior"`` (a prior draw),
-        ``"zeros"``, or a callable ``site -> tensor``.
+        current, e.g. pretrained, weights; for a site of a traced model, the value it took when traced, a draw
+        of its prior), ``"prior"`` (a prior draw), ``"zeros"``, or a callable ``site -> tensor``.
     :param name: prefix of the parameters' names in Pyro's param store (default: the class name).
     """
 
@@ -137,18 +154,56 @@ class SiteGuide(PyroModule):
     """Whether :meth:`flat` packs a role's parameters into one storage (else it concatenates them, a copy per
     call: :func:`~pyrobnn.infer.replicas.fit_replicas` trains stacked parameters that are no views of it)."""
 
+    fallback_init_scale: float = 0.1
+    """The initial standard deviation of the unconstrained Normal of the sites the family does not cover
+    (``AutoNormal``'s ``init_scale``)."""
+
     def __init__(self, model, init_loc: InitLoc = "module", *, name: str | None = None):
         super().__init__(type(self).__name__ if name is None else name)
-        sites = model.sites()
-        self.site_names: list[str] = [site.name for site in sites]
+        self.__dict__["_network"] = network_model(model)  # not a child module: the model's sites keep their names
+        self.init_loc = init_loc
+        self.site_names: list[str] = []
+        self.family_names: list[str] = []
+        self._family: set[str] = set()
+        self._params: list[tuple[str, str, str]] = []
+        if getattr(self._network, "traced", True):
+            self._setup()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the guide knows its sites (and has made its parameters)."""
+        return self.__dict__.get("_ready", False)
+
+    def _setup(self) -> None:
+        sites = self._network.sites()  # none for BayesianNetwork(deterministic=True): maximum likelihood
+        for site in sites:
+            _check_coverable(site, type(self).__name__)
+        self.site_names = [site.name for site in sites]
+        self.family_names = [site.name for site in sites if self.covers(site)]
+        self._family = set(self.family_names)
         self._priors = {site.name: site.prior_distribution for site in sites}
         for site in sites:
-            self.setup_site(site, _initial_loc(site, init_loc))
+            loc = _initial_loc(site, self.init_loc)
+            if site.name in self._family:
+                self.setup_site(site, loc)
+            else:
+                self.setup_fallback(site, loc)
         # (param-store name, role, site) of every variational parameter
         self._params = [(f"{pyro_name(self)}.{role}.{site}", role, site)
                         for role, container in self.named_children()
                         for site in (key[: -len("_unconstrained")] for key, _ in container.named_parameters())]
         self._claim()
+        self.__dict__["_ready"] = True
+        self.sites_ready()
+
+    def sites_ready(self) -> None:
+        """Called once the sites are known and their parameters made (a family may check its options against
+        the site names)."""
+
+    def covers(self, site: Site) -> bool:
+        """Whether the family models ``site`` (default: a real-valued parameter of a module,
+        :attr:`~pyrobnn.model.protocol.Site.is_parameter`); the other sites get :meth:`fallback_posterior`."""
+        return site.is_parameter
 
     # -- what a method defines ------------------------------------------------------
     def setup_site(self, site: Site, loc: torch.Tensor) -> None:
@@ -191,14 +246,44 @@ class SiteGuide(PyroModule):
             if param.shape == keep.shape:  # a shared (per-row/layer) parameter serves kept weights too
                 param.masked_fill_(~keep.to(param.device), value)
 
+    def setup_fallback(self, site: Site, loc: torch.Tensor) -> None:
+        r"""The parameters of a site the family does not cover: the location (``locs``) and
+        :math:`\rho` (``rhos``, :math:`\sigma = \mathrm{softplus}(\rho)`) of a Normal in the unconstrained space,
+        starting at ``loc`` (mapped there) with :math:`\sigma` = :attr:`fallback_init_scale`."""
+        unconstrained = support_transform(site.prior_distribution()).inv(loc)
+        self.add_param(site, "locs", unconstrained)
+        rho = math.log(math.expm1(self.fallback_init_scale))
+        self.add_param(site, "rhos", torch.full_like(unconstrained, rho))
+
+    def fallback_posterior(self, name: str, prior) -> pyro.distributions.TorchDistribution:
+        r""":math:`q(\theta) = T_\#\,\mathcal N(\mu, \sigma^2)`, :math:`T` =
+        :func:`~pyrobnn.distributions.support_transform` (``biject_to(prior.support)``, or the prior's own transform
+        when it is a push-forward of a Normal): the mean-field Normal of the unconstrained space pushed to the support
+        (Pyro's ``AutoNormalMessenger``); a plain Normal on the reals."""
+        loc, scale = self.param(name, "locs"), F.softplus(self.param(name, "rhos"))
+        transform = support_transform(prior)
+        if transform is identity_transform:
+            return dist.Normal(loc, scale).to_event(loc.dim())
+        return PushedNormal(loc, scale, transform)
+
+    def fallback_value(self, name: str, prior) -> torch.Tensor:
+        r"""The median of :meth:`fallback_posterior`: :math:`T(\mu)`."""
+        return support_transform(prior)(self.param(name, "locs"))
+
     def posterior(self, name: str) -> pyro.distributions.TorchDistribution:
-        """:meth:`get_posterior` of site ``name`` against the model's prior."""
-        return self.get_posterior(name, self._priors[name]())
+        """:meth:`get_posterior` of site ``name`` against the model's prior (:meth:`fallback_posterior` for a site
+        the family does not cover)."""
+        prior = self._priors[name]()
+        if name in self._family:
+            return self.get_posterior(name, prior)
+        return self.fallback_posterior(name, prior)
 
     def median(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """A point value per site, the posterior median (the mean of these symmetric families), for
-        deterministic prediction; takes and ignores the model's arguments, as an autoguide's."""
-        return {name: self.posterior(name).mean.detach() for name in self.site_names}
+        r"""A point value per site, the posterior median (the mean of these symmetric families; :math:`T(\mu)` of a
+        site's unconstrained Normal), for deterministic prediction; takes and ignores the model's arguments, as an
+        autoguide's."""
+        return {name: (self.posterior(name).mean if name in self._family
+                       else self.fallback_value(name, self._priors[name]())).detach() for name in self.site_names}
 
     # -- shared mechanism -----------------------------------------------------------
     def flat(self, role: str) -> tuple[torch.Tensor, list[torch.Size]] | None:
@@ -210,7 +295,7 @@ class SiteGuide(PyroModule):
         again whenever something replaced it (``.to(device)``): so an elementwise function of all the weights
         (noise, :math:`\\sigma`, a KL) is one operation over the flat tensor, and its gradient reaches the sites'
         parameters as views."""
-        params = [self.param(name, role) for name in self.site_names]
+        params = [self.param(name, role) for name in self.family_names]
         if not all(isinstance(p, torch.nn.Parameter) for p in params):  # a constrained parameter: no flat view
             return None
         if not self.shared_storage:
@@ -281,6 +366,26 @@ class SiteGuide(PyroModule):
         module, attr = self._leaf(name, role)
         return module._parameters[attr + "_unconstrained"]
 
+    def set_up(self, *args, **kwargs) -> None:
+        """Find the sites by running the model on its arguments, if not yet known, and make the parameters."""
+        if not self.ready:
+            self._network.trace(*args, **kwargs)
+            self._setup()
+
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        self.set_up(*args, **kwargs)
         self._claim()
         return {name: pyro.sample(name, self.posterior(name)) for name in self.site_names}
+
+
+def _check_coverable(site: Site, guide: str) -> None:
+    """A latent site a mean-field guide over global latents can cover: continuous, outside any plate."""
+    prior = site.prior_distribution()
+    if prior.support.is_discrete:
+        raise ValueError(f"{guide}: site {site.name!r} is discrete ({type(prior).__name__}): pyrobnn's guides cover "
+                         "continuous latents; enumerate it out (pyro.infer.config_enumerate with TraceEnum_ELBO) or "
+                         "condition the model on its value (pyro.condition)")
+    if site.plates:
+        raise ValueError(f"{guide}: site {site.name!r} is sampled inside plate {site.plates[0]!r} (a local latent, one "
+                         "value per example): pyrobnn's guides cover global latents (weights, a noise scale); use "
+                         "Pyro's AutoNormal for a model with local latents")

@@ -50,16 +50,18 @@ class DropoutGuide(PointGuide):
             self.rates = {str(k): _check_rate(f"rate[{k!r}]", v) for k, v in rate.items()}
         else:
             self.rates = {"*": _check_rate("rate", rate)}
-        super().__init__(model, init_loc, name=name)
-        unmatched = [p for p in self.rates if not fnmatch.filter(self.site_names, p)]
-        if unmatched and isinstance(rate, Mapping):  # the "*" of a single rate matches no site of a model without any
-            raise ValueError(f"rate: the pattern {unmatched[0]!r} matches no site of the model; its sites are "
-                             f"{', '.join(self.site_names)}")
         self._warned = False
+        super().__init__(model, init_loc, name=name)
+
+    def sites_ready(self):
+        unmatched = [p for p in self.rates if not fnmatch.filter(self.family_names, p)]
+        if unmatched and list(self.rates) != ["*"]:  # the "*" of a single rate matches no site of a model without any
+            raise ValueError(f"rate: the pattern {unmatched[0]!r} matches no site of the model; its sites are "
+                             f"{', '.join(self.family_names)}")
 
     def forward(self, *args, **kwargs):
         if (torch.is_grad_enabled() and current_estimator() is None and not self._warned
-                and any(self.rate(n) for n in self.site_names)):  # training: prediction's passes are whole draws
+                and any(self.rate(n) for n in self.family_names)):  # training: prediction's passes are whole draws
             self._warned = True
             warnings.warn("DropoutGuide outside an estimator handler draws one dropout mask per batch, not one per "
                           "example: wrap the step in pyrobnn.local_reparameterization() (fit and predict do)",

@@ -1,8 +1,9 @@
 r"""The empirical posterior: draws (from NUTS, or the members of an ensemble) as a guide.
 
-:math:`q(w) = \frac1S \sum_s \delta(w - w_s)`; :class:`PosteriorDraws` replays draw ``i`` on call ``i``, so
+:math:`q(w) = \frac1S \sum_s \delta(w - w_s)`; :class:`PosteriorDraws` replays its draws in order, so
 ``predict(model, PosteriorDraws(draws), x, num_samples=len(draws))`` averages the predictive over the draws
-exactly as it averages a variational guide's samples.
+exactly as it averages a variational guide's samples, and fewer samples take an evenly thinned subset
+(:meth:`PosteriorDraws.thinned`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,21 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
+from pyrobnn.handlers.particles import ParticleValues, current_particles
+
 __all__ = ["PosteriorDraws"]
 
 
 class PosteriorDraws(nn.Module):
-    r"""An empirical guide :math:`q(w) = \frac1S \sum_s \delta(w - w_s)`: call i replays draw ``i mod S`` of every
-    site as a ``Delta`` site, so ``predict(model, PosteriorDraws(draws), x, num_samples=len(draws))`` averages
-    the predictive over the draws, exactly as for a variational guide.
+    r"""An empirical guide :math:`q(w) = \frac1S \sum_s \delta(w - w_s)`: its calls replay the draws in order,
+    draw ``index mod S`` of every site as a ``Delta`` site, so ``predict(model, PosteriorDraws(draws), x,
+    num_samples=len(draws))`` averages the predictive over the draws, exactly as for a variational guide. Under an
+    estimator handler with P particles a call replays the next P draws at once
+    (:class:`~pyrobnn.handlers.particles.ParticleValues`: one batched pass of the network for P draws).
+
+    ``predict`` and ``evaluate`` with ``num_samples`` = T use :meth:`thinned`: T draws evenly spaced over all S
+    (draws of several chains stored chain-major, as :meth:`~pyrobnn.infer.mcmc.MCMCResult.posterior` stores them,
+    so every chain and the whole run contribute), deterministic, replayed from the first.
 
     A site given one draw, ``(1, ...)``, is held at that value in every draw: the sites a last-layer Laplace
     approximation keeps at their MAP values (:func:`pyrobnn.infer.laplace.fit_laplace`) are stored once.
@@ -48,7 +57,27 @@ class PosteriorDraws(nn.Module):
     def draws(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, f"draws_{i}") for i, name in enumerate(self.names)}
 
+    def thinned(self, count: int) -> "PosteriorDraws":
+        r"""``count`` draws evenly spaced over all S, :math:`i_t = \mathrm{round}(t\,(S-1)/(T-1))`,
+        :math:`t = 0..T-1` (all S in order when ``count`` is S; repeats when it exceeds S), from the first."""
+        if count == len(self):
+            thinned = PosteriorDraws(self.draws())
+        else:
+            index = torch.linspace(0, len(self) - 1, count).round().long() if count > 1 else torch.zeros(1).long()
+            thinned = PosteriorDraws({name: value if len(value) == 1 else value[index.to(value.device)]
+                                      for name, value in self.draws().items()})
+        return thinned
+
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        i, self.index = self.index % len(self), self.index + 1
-        return {name: pyro.sample(name, dist.Delta(value[i % len(value)], event_dim=value.dim() - 1))
-                for name, value in self.draws().items()}
+        particles = current_particles()
+        count = 1 if particles is None else particles.count
+        index = torch.arange(self.index, self.index + count) % len(self)
+        self.index += count
+        out = {}
+        for name, value in self.draws().items():
+            if len(value) == 1 or count == 1:
+                value = value[int(index[0]) % len(value)]
+            else:
+                value = ParticleValues(value[index.to(value.device)], particles)
+            out[name] = pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
+        return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import pyro
 import pyro.distributions as dist
@@ -36,6 +37,23 @@ class _Factor(dist.Normal):
         if sample_shape == torch.Size():
             return self.joint.draws()[self.index]
         return super().rsample(sample_shape)
+
+
+_CONSTANT_NORMALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _constant_normal(base) -> tuple[float, float] | None:
+    """``(loc, scale)`` of a ``Normal`` whose location and scale are each one number broadcast to every weight (a
+    prior written ``dist.Normal(0., s).expand(shape)``), else None; read once per distribution object (a
+    ``PyroSample`` keeps its prior), so a training step does not read a device's tensor back every time."""
+    if type(base) not in (dist.Normal, torch.distributions.Normal):
+        return None
+    if base in _CONSTANT_NORMALS:
+        return _CONSTANT_NORMALS[base]
+    one = [t for t in (base.loc, base.scale) if t.numel() == 1 or all(stride == 0 for stride in t.stride())]
+    value = (float(base.loc.reshape(-1)[0]), float(base.scale.reshape(-1)[0])) if len(one) == 2 else None
+    _CONSTANT_NORMALS[base] = value
+    return value
 
 
 class JointNormal:
@@ -85,6 +103,9 @@ class JointNormal:
         base = prior.base_dist if isinstance(prior, Independent) else prior
         if type(base) is IsotropicNormal:
             return ("normal", base.loc, base.scale)
+        constant = _constant_normal(base)
+        if constant is not None:
+            return ("normal", *constant)
         if type(base) is ScaleMixtureNormal and isinstance(prior, Independent):
             return ("scale-mixture", base.pi, base.sigma1, base.sigma2)
         return None
@@ -171,17 +192,24 @@ class NormalGuide(SiteGuide):
     def joint_posterior(self) -> JointNormal | None:
         """The posterior of all sites at once (:class:`JointNormal`), or None when the parameters cannot share one
         flat storage (sites on several devices or dtypes)."""
+        if not self.family_names:
+            return None
         locs, raws = self.flat("locs"), self.flat(self._scale_role)
         if locs is None or raws is None:
             return None
         return JointNormal(locs[0], self._scale(raws[0]), locs[1], raws[1])
 
     def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        self.set_up(*args, **kwargs)
         self._claim()
         joint = self.joint_posterior()
         if joint is None:
             return super().forward(*args, **kwargs)
-        return {name: pyro.sample(name, factor) for name, factor in zip(self.site_names, joint.factors())}
+        values = {name: pyro.sample(name, factor) for name, factor in zip(self.family_names, joint.factors())}
+        for name in self.site_names:  # the sites off the family (a noise scale): their unconstrained Normals
+            if name not in self._family:
+                values[name] = pyro.sample(name, self.posterior(name))
+        return values
 
     def get_posterior(self, name, prior):
         loc, scale = self.loc_scale(name)

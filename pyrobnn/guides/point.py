@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
-from pyrobnn.distributions import LogUniform
+from pyrobnn.distributions import LogUniform, support_transform
 from pyrobnn.guides.base import SiteGuide
 
 __all__ = ["PointGuide", "point_values"]
@@ -39,6 +39,16 @@ class PointGuide(SiteGuide):
     def get_posterior(self, name, prior):
         loc = self.param(name, "locs")
         return dist.Delta(loc, event_dim=loc.dim())
+
+    def setup_fallback(self, site, loc):
+        """A site off the family (a noise scale): its point value, kept in the unconstrained space."""
+        self.add_param(site, "locs", support_transform(site.prior_distribution()).inv(loc))
+
+    def fallback_posterior(self, name, prior):
+        r""":math:`\delta(\theta - T(u))`, :math:`T` = :func:`~pyrobnn.distributions.support_transform`: the MAP
+        value of a constrained latent, as Pyro's ``AutoDelta``."""
+        value = self.fallback_value(name, prior)
+        return dist.Delta(value, event_dim=value.dim())
 
 
 def point_values(guide) -> dict[str, torch.Tensor]:

@@ -97,7 +97,9 @@ ESTIMATORS: dict[str, type[EstimatorMessenger]] = {
 (Kingma et al. 2015), flipout (Wen et al. 2018), VDP++ moment propagation (deterministic, no particles)."""
 
 
-def estimator(name: str, num_particles: int = 1, batch_size: Optional[int] = None) -> EstimatorMessenger:
+def estimator(name: str, num_particles: int = 1, batch_size: Optional[int] = None, *,
+              warn: bool = True) -> EstimatorMessenger:
     """The handler of estimator ``name`` (a key of :data:`ESTIMATORS`) with S = ``num_particles`` in one pass;
-    the deterministic ``"vdp"`` takes none (``num_particles`` must be 1)."""
-    return ESTIMATORS[choice("estimator", name, ESTIMATORS)](num_particles, batch_size)
+    the deterministic ``"vdp"`` takes none (``num_particles`` must be 1). ``warn=False``: say nothing when it finds
+    no site to act on (for a caller that chose the estimator itself)."""
+    return ESTIMATORS[choice("estimator", name, ESTIMATORS)](num_particles, batch_size, warn=warn)

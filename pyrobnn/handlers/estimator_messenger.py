@@ -17,7 +17,10 @@ Which posterior families get a lazy value, and what each estimator does with it,
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+from pyro.distributions import Delta, TorchDistribution
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
@@ -26,7 +29,7 @@ from pyrobnn.checks import positive_int
 from pyrobnn.handlers.families import base_distribution, lazy_value_factory
 from pyrobnn.handlers.gaussian_weight import GaussianWeight
 from pyrobnn.handlers.lazy_value import LazyValue, ScoredByDraws, as_sample
-from pyrobnn.handlers.particles import Particles, ParticlesUnsupported
+from pyrobnn.handlers.particles import Particles, ParticlesUnsupported, ParticleValues
 
 __all__ = ["EstimatorMessenger"]
 
@@ -44,12 +47,30 @@ class EstimatorMessenger(Messenger):
     stochastic: bool = True
     """Whether the estimator samples (and so takes particles); VDP++ does not."""
 
-    def __init__(self, num_particles: int = 1, batch_size: int | None = None):
+    handler: str = "estimator"
+    """The name of the handler function that makes it (for its messages)."""
+
+    def __init__(self, num_particles: int = 1, batch_size: int | None = None, *, warn: bool = True):
         num_particles = positive_int("num_particles", num_particles)
         if num_particles > 1 and not (isinstance(batch_size, int) and batch_size > 0):
             raise ValueError(f"{type(self).__name__}(num_particles > 1) needs batch_size=<rows of the input>")
         super().__init__()
         self.particles = Particles(batch_size, num_particles) if num_particles > 1 else None
+        self.warn = warn
+        self._acted, self._seen = 0, {}
+
+    def __enter__(self):
+        self._acted, self._seen = 0, {}
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        result = super().__exit__(exc_type, exc_value, traceback)
+        if exc_type is None and self.warn and not self._acted:
+            seen = ", ".join(f"{name!r} ({kind})" for name, kind in list(self._seen.items())[:4]) or "none"
+            warnings.warn(f"{self.handler}() found no site it can act on and changed nothing: it acts on latent "
+                          "sites whose posterior is Normal (or MC dropout, or mixture nodes) when a Linear/Conv layer "
+                          f"uses them; the latent sites it saw: {seen}", UserWarning, stacklevel=2)
+        return result
 
     # -- the effects -----------------------------------------------------------------------
     def _pyro_sample(self, msg):
@@ -59,13 +80,22 @@ class EstimatorMessenger(Messenger):
         if msg["is_observed"] or msg["done"] or msg["value"] is not None or site_is_subsample(msg):
             return
         fn = msg["fn"]
+        base = base_distribution(fn)
+        self._seen.setdefault(msg["name"], type(base).__name__)
+        if isinstance(base, Delta) and isinstance(base.v, LazyValue):  # an autoguide's site, T(lazy auxiliary value):
+            self._acted += 1  # the value itself (AutoNormal's T is the identity on a weight's real support)
+            msg["value"], msg["fn"], msg["done"] = base.v, _DeltaOfLazyValue(fn), True
+            return
         factory = lazy_value_factory(fn)
         if factory is None:
-            if self.particles is not None:
-                raise ParticlesUnsupported(
-                    f"site {msg['name']!r} has a {type(base_distribution(fn)).__name__} posterior: only the families "
-                    f"of pyrobnn.handlers.families run {self.particles.count} particles in one pass"
-                )
+            if self.particles is not None:  # a point mass too: its S copies keep the particles' rows
+                if not fn.has_rsample:
+                    raise ParticlesUnsupported(
+                        f"site {msg['name']!r} has a {type(base).__name__} posterior, which cannot be drawn by "
+                        f"reparameterization: {self.particles.count} particles need a loop"
+                    )
+                msg["value"] = ParticleValues(fn.rsample((self.particles.count,)), self.particles)
+                msg["fn"], msg["done"] = ScoredByDraws(fn), True
             return  # sampled as usual
         if fn.batch_shape:
             raise ValueError(
@@ -77,6 +107,7 @@ class EstimatorMessenger(Messenger):
         msg["value"] = factory(fn, self)
         msg["fn"] = ScoredByDraws(fn)
         msg["done"] = True
+        self._acted += 1
 
     def _pyro_current_estimator(self, msg):
         msg["value"], msg["done"] = self, True
@@ -119,3 +150,26 @@ class EstimatorMessenger(Messenger):
         count = self.particles.count
         b = bias.particle_samples(count) if isinstance(bias, GaussianWeight) else bias
         return self.particles.layer(op, x, weight.particle_samples(count), b, *rest, **kwargs)
+
+
+class _DeltaOfLazyValue(TorchDistribution):
+    """An autoguide's ``Delta(T(u), log_density)`` site whose value is the lazy value of its auxiliary site
+    ``u``: scored by the Delta's ``log_density`` (the Jacobian term, zero for the identity), the auxiliary site
+    scoring the draws (:class:`~pyrobnn.handlers.lazy_value.ScoredByDraws`)."""
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(self, delta):
+        self.delta = delta
+        super().__init__(delta.batch_shape, delta.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.delta.support
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.delta.v
+
+    def log_prob(self, value):
+        return self.delta.log_density

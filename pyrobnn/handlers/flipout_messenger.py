@@ -46,6 +46,8 @@ class FlipoutMessenger(EstimatorMessenger):
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
+    handler = "flipout"
+
     def layer(self, op, x, weight, bias=None, *rest, **kwargs):
         bias_loc, bias_scale = (bias.loc, bias.scale) if isinstance(bias, GaussianWeight) else (bias, None)
         count = self.particles.count if self.particles is not None else 1

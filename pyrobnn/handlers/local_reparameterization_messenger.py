@@ -34,6 +34,8 @@ class LocalReparameterizationMessenger(EstimatorMessenger):
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
+    handler = "local_reparameterization"
+
     def layer(self, op, x, weight, bias=None, *rest, **kwargs):
         if self.particles is not None and x.dim() > 2:
             return self.sampled_layer(op, x, weight, bias, *rest, **kwargs)

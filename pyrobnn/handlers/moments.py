@@ -27,7 +27,11 @@ with no covariances (variance-only density propagation):
 - BatchNorm / LayerNorm: the normalisation computed on the means is an affine map per unit,
   applied to the mean; the variance is scaled by its squared slope;
 - multi-head self-attention (:func:`_multi_head_attention`), with a key-padding mask: masked keys get
-  attention probability 0 (mean score :math:`-\infty`, variance 0).
+  attention probability 0 (mean score :math:`-\infty`, variance 0);
+- what a model does to build its observation from the output (``Normal(mu, sigma)``, ``Categorical(logits=...)``):
+  broadcasting and stacking (both moments alike), subtraction (variances add), log-sum-exp (mean
+  :math:`\log\sum e^{\mu_i}`, variance :math:`\sum p_i^2\sigma_i^2`), and the argument checks' comparisons, made on
+  the means.
 
 Any other operation raises ``TypeError`` naming it: the variance is never dropped silently.
 """
@@ -322,6 +326,47 @@ def _concatenate(tensors, dim=0):
     return Moments(torch.cat([mean for mean, _ in pairs], dim), torch.cat(variances, dim))
 
 
+def _stack(tensors, dim=0):
+    r"""``torch.stack``: means and variances stacked alike (a deterministic tensor has :math:`\sigma^2 = 0`)."""
+    pairs = [_mv(t) for t in tensors]
+    variances = [torch.zeros_like(mean) if var is None else var for mean, var in pairs]
+    return Moments(torch.stack([mean for mean, _ in pairs], dim), torch.stack(variances, dim))
+
+
+def _broadcast(*tensors):
+    """``torch.broadcast_tensors`` (which a distribution's constructor calls on its parameters): every tensor
+    expanded to the common shape, a ``Moments`` its mean and variance alike."""
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    out = []
+    for t in tensors:
+        mean, var = _mv(t)
+        out.append(mean.expand(shape) if var is None else Moments(mean.expand(shape), var.expand(shape)))
+    return out
+
+
+def _subtract(a, b, *, alpha=1):
+    return _add(a, b, alpha=-alpha)
+
+
+def _logsumexp(x, dim, keepdim=False):
+    r""":math:`\mu = \log\sum_i e^{\mu_i}`, :math:`\sigma^2 = \sum_i p_i^2\sigma_i^2`, :math:`p` the softmax
+    of the means (first-order Taylor: the gradient of log-sum-exp is the softmax)."""
+    mean, var = _mv(x)
+    value = torch.logsumexp(mean, dim, keepdim=keepdim)
+    if var is None:
+        return value
+    return Moments(value, (torch.softmax(mean, dim).square() * var).sum(dim, keepdim=keepdim))
+
+
+def _on_means(op):
+    """A comparison (a distribution's argument check, ``value == value``): of the means, deterministic."""
+
+    def rule(*args, **kwargs):
+        return op(*(_mv(a)[0] for a in args), **kwargs)
+
+    return rule
+
+
 def _multi_head_attention(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
                           bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
                           key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False,
@@ -382,7 +427,7 @@ def _rules() -> dict:
     for op in (torch.flatten, torch.Tensor.flatten, torch.reshape, torch.Tensor.reshape, torch.Tensor.view,
                torch.transpose, torch.Tensor.transpose, torch.permute, torch.Tensor.permute, torch.Tensor.contiguous,
                torch.unflatten, torch.Tensor.unflatten, torch.squeeze, torch.Tensor.squeeze, torch.unsqueeze,
-               torch.Tensor.unsqueeze, torch.Tensor.__getitem__):
+               torch.Tensor.unsqueeze, torch.Tensor.__getitem__, torch.Tensor.expand):
         rules[op] = _both(op)
     for op in (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__):
         rules[op] = _bilinear(torch.mul)
@@ -414,6 +459,15 @@ def _rules() -> dict:
                   F.multi_head_attention_forward: _multi_head_attention})
     for op in (torch.sum, torch.Tensor.sum):  # a sum of independent units: means add, variances add
         rules[op] = _both(op)
+    # what a distribution over the output does with it (a model that builds its own Normal or Categorical)
+    for op in (torch.sub, torch.Tensor.sub, torch.Tensor.__sub__):
+        rules[op] = _subtract
+    rules[torch.Tensor.__rsub__] = lambda a, b: _add(b, a, alpha=-1)
+    rules[torch.Tensor.__neg__] = rules[torch.neg] = lambda a: _bilinear(torch.mul)(a, -1.0)
+    rules.update({torch.stack: _stack, torch.broadcast_tensors: _broadcast, torch.logsumexp: _logsumexp,
+                  torch.Tensor.logsumexp: _logsumexp})
+    for op in (torch.eq, torch.Tensor.eq, torch.Tensor.__eq__, torch.ne, torch.Tensor.ne, torch.Tensor.__ne__):
+        rules[op] = _on_means(op)
     return rules
 
 

@@ -23,8 +23,12 @@ import torch
 import torch.nn.functional as F
 from pyro.poutine.runtime import effectful
 
-__all__ = ["Particles", "ParticlesUnsupported", "align_targets", "current_estimator", "current_particles",
-           "mismatched_rows_unsupported"]
+from pyrobnn._compat import DisableTorchFunctionSubclass, tree_flatten, tree_map
+from pyrobnn.handlers.distribution_tensor import DistributionTensor
+from pyrobnn.handlers.lazy_value import LAYERS, LazyValue, LazyWeight
+
+__all__ = ["Particles", "ParticleValues", "ParticlesUnsupported", "align_targets", "current_estimator",
+           "current_particles", "mismatched_rows_unsupported"]
 
 
 class ParticlesUnsupported(RuntimeError):
@@ -90,6 +94,77 @@ class Particles:
     def repeat(self, y: torch.Tensor) -> torch.Tensor:
         """Targets of the B examples repeated for every particle (S·B rows, particle-major)."""
         return y.repeat((self.count,) + (1,) * (y.dim() - 1))
+
+
+class ParticleValues(LazyValue):
+    r"""One latent site's values in S particles (or C chains), ``values`` of shape ``(S,) + shape``, as a tensor
+    of the site's shape: the empirical distribution :math:`\frac1S\sum_s \delta(w - w_s)` laid out as the
+    particles' rows.
+
+    - A Linear/Conv layer that receives it as its weight applies the S values in one batched call
+      (:meth:`Particles.layer`): particle s's rows meet value s.
+    - Any other operation that meets it beside a tensor of the S·B particle rows (a noise scale in
+      ``Normal(mu, sigma)``) sees each row's particle value, ``(S·B, 1, ..., 1) + shape``, broadcast against that
+      tensor; an operation with no such tensor to align it to is refused (:class:`ParticlesUnsupported`).
+
+    A pyrobnn estimator handler gives it to a reparameterized latent whose posterior has no lazy value of its own
+    (:mod:`pyrobnn.handlers.families`), :math:`w_s \sim q` drawn S times; the batched NUTS gives every weight its
+    C chains' values; :class:`~pyrobnn.guides.PosteriorDraws` its draws. A Monte-Carlo KL scores the S values
+    (:meth:`kl_draws`).
+    """
+
+    values: torch.Tensor
+    particles: Particles
+
+    @staticmethod
+    def __new__(cls, values: torch.Tensor, particles: Particles):
+        self = cls.wrap(values[0])
+        self.values, self.particles = values, particles
+        return self
+
+    def kl_draws(self) -> torch.Tensor:
+        return self.values
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance over the particles."""
+        return self.values.mean(0), self.values.var(0, unbiased=False)
+
+    def __repr__(self):
+        return f"ParticleValues(particles={self.values.shape[0]}, shape={tuple(self.shape)})"
+
+    def rows(self, dims: int) -> torch.Tensor:
+        """Each row's particle value, ``(S·B,) + (1,) * k + shape``, broadcastable against a tensor of ``dims``
+        dimensions whose first is the S·B rows."""
+        count, batch = self.particles.count, self.particles.batch
+        shape = self.values.shape[1:]
+        if len(shape) > dims - 1:
+            raise ParticlesUnsupported(f"a latent of shape {tuple(shape)} with one value per particle cannot be "
+                                       f"aligned to a tensor of {dims} dimensions over the particles' rows")
+        per_row = self.values.unsqueeze(1).expand((count, batch) + shape).reshape((count * batch,) + shape)
+        return per_row.view((count * batch,) + (1,) * (dims - 1 - len(shape)) + shape)
+
+    @classmethod
+    def dispatch(cls, func, args, kwargs):
+        if func in LAYERS and len(args) > 1 and isinstance(args[1], ParticleValues):
+            x, weight, *rest = args
+            bias = rest.pop(0) if rest else kwargs.pop("bias", None)
+            if isinstance(bias, ParticleValues):
+                bias = bias.values
+            elif isinstance(bias, LazyWeight):
+                bias = bias.particle_samples(weight.particles.count)
+            return weight.particles.layer(func, x, weight.values, bias, *rest, **kwargs)
+        flat = tree_flatten((args, kwargs))[0]
+        particles = next(v.particles for v in flat if isinstance(v, ParticleValues))
+        rows = particles.count * particles.batch
+        dims = max((v.dim() for v in flat if isinstance(v, torch.Tensor) and not isinstance(v, DistributionTensor)
+                    and v.dim() > 0 and v.shape[0] == rows), default=None)
+        if dims is None:
+            name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+            raise ParticlesUnsupported(f"{name} uses a latent with one value per particle outside a Linear/Conv "
+                                       f"layer, with no tensor of the {rows} particle rows to align it to")
+        args, kwargs = tree_map(lambda v: v.rows(dims) if isinstance(v, ParticleValues) else v, (args, kwargs))
+        with DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
 
 
 @effectful(type="align_targets")

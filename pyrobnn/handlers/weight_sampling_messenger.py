@@ -27,8 +27,12 @@ class WeightSamplingMessenger(EstimatorMessenger):
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
     """
 
+    handler = "weight_sampling"
+
     def _pyro_sample(self, msg):
-        if self.particles is None and msg["value"] is None and isinstance(base_distribution(msg["fn"]), Normal):
+        if (self.particles is None and msg["value"] is None and not msg["is_observed"]
+                and isinstance(base_distribution(msg["fn"]), Normal)):
+            self._acted += 1
             return  # one particle: the guide's own sample is the weight
         super()._pyro_sample(msg)
 

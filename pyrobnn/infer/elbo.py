@@ -43,6 +43,8 @@ class ELBOTerms(NamedTuple):
 
 def _site_kl(guide_site, model_site) -> torch.Tensor:
     q, p = unscored(guide_site["fn"]), unscored(model_site["fn"])
+    if p.batch_shape and q.event_shape == p.batch_shape + p.event_shape:  # a prior written without .to_event:
+        p = p.to_event(len(p.batch_shape))  # its batch dimensions are the posterior's event (one global site)
     try:
         return kl_divergence(q, p)
     except NotImplementedError:  # torch's "no closed form for this pair": estimate by Monte Carlo

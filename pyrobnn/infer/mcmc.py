@@ -36,6 +36,7 @@ from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, posit
 from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.infer.batched_nuts import COMPILERS, sample_chains
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
+from pyrobnn.model.protocol import network_model
 
 __all__ = ["FlatPotential", "check_prior", "MCMCResult", "sample_posterior", "run_chain", "summarise",
            "chain_diagnostics", "chain_starts", "MAX_FULL_BATCH", "SAMPLERS", "PREDICTION_POINTS"]
@@ -172,6 +173,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     if x.shape[0] > max_data:
         raise ValueError(f"NUTS runs full batch: {x.shape[0]} training examples exceed max_data={max_data}; use SVI "
                          "(pyrobnn.infer.svi.fit) or a subset (--train-size)")
+    model = network_model(model, x, y)
     model.check_input(x[:1])
     if prediction_x is None:
         prediction_x = x[torch.linspace(0, len(x) - 1, min(len(x), PREDICTION_POINTS)).round().long()]

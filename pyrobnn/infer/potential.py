@@ -2,44 +2,57 @@ r"""The potential energy of a network's posterior, :math:`U(\theta) = -\log p(w(
 x_n, w(\theta))`, as a function of one flat vector :math:`\theta` of all Bayesian weights, for Hamiltonian Monte
 Carlo (Neal 2011; full batch).
 
-- :class:`FlatPotential`: one weight vector, the network run through the PyroModule cache without sample
-  statements (what ``pyro.infer.NUTS(potential_fn=...)`` takes);
-- :class:`BatchedPotential`: C weight vectors ``(C, D)`` in one batched pass of the network. Every Bayesian
-  weight is given its C values as a :class:`ChainWeights`, which every Linear/Conv layer applies in one batched
-  call in the particle layout of :mod:`pyrobnn.handlers.particles` (the layout ``weight_sampling(num_particles=C)``
-  uses: the B-row input shared by all chains, C·B rows after the first layer, chain-major). The gradient of all
-  C potentials is one autograd call on their sum (the chains do not interact, so :math:`\partial \sum_c U_c /
-  \partial\theta_c = \partial U_c / \partial\theta_c`). On small networks every PyTorch operation costs its
+- :class:`FlatPotential`: one vector, the network run with given values of its latent sites
+  (:meth:`~pyrobnn.model.protocol.NetworkModel.net_with`: a ``BayesianNetwork`` through the PyroModule cache
+  without sample statements; a Pyro model written by hand conditioned on them), what
+  ``pyro.infer.NUTS(potential_fn=...)`` takes. A latent on a constrained support (a noise scale) is sampled in
+  the unconstrained space, :math:`\theta = T^{-1}(w)`, :math:`T` = ``biject_to(support)``, with the log-Jacobian
+  :math:`\log|\det \partial T/\partial\theta|` added to the log prior, as Pyro's ``initialize_model`` /
+  ``potential_fn`` do;
+- :class:`BatchedPotential`: C vectors ``(C, D)`` in one batched pass of the network. Every latent site is given
+  its C values as a :class:`~pyrobnn.handlers.particles.ParticleValues`, which every Linear/Conv layer applies in
+  one batched call in the particle layout of :mod:`pyrobnn.handlers.particles` (the layout
+  ``weight_sampling(num_particles=C)`` uses: the B-row input shared by all chains, C·B rows after the first layer,
+  chain-major), and which any other operation sees row by row (a noise scale beside the C·B rows of the means).
+  The gradient of all C potentials is one autograd call on their sum (the chains do not interact, so :math:`\partial
+  \sum_c U_c / \partial\theta_c = \partial U_c / \partial\theta_c`). On small networks every PyTorch operation costs its
   dispatch overhead, not its arithmetic, so C chains cost about what one does.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
 import torch
 from pyro.distributions import constraints
+from pyro.distributions.util import sum_rightmost
+from pyro.poutine.messenger import Messenger
+from torch.distributions import biject_to
+from torch.distributions.transforms import identity_transform
 
-from pyrobnn._compat import pyro_context
 from pyrobnn.distributions import IsotropicNormal, LogUniform
-from pyrobnn.handlers.distribution_tensor import DistributionTensor
-from pyrobnn.handlers.lazy_value import LAYERS
-from pyrobnn.handlers.particles import Particles, ParticlesUnsupported, mismatched_rows_unsupported
+from pyrobnn.handlers.particles import Particles, ParticlesUnsupported, ParticleValues, mismatched_rows_unsupported
+from pyrobnn.model.protocol import network_model
 
-__all__ = ["check_prior", "FlatPotential", "ChainWeights", "BatchedPotential", "CannotBatch"]
+__all__ = ["check_prior", "FlatPotential", "BatchedPotential", "CannotBatch"]
 
 
-def check_prior(prior, value: torch.Tensor, where: str) -> None:
-    """Raise a ``ValueError`` (its message opens with ``where``) unless ``prior`` is a proper density on every
-    real number, one log density per parameter, finite at ``value``: what NUTS needs of :math:`p(w)`."""
+def check_prior(prior, value: torch.Tensor, where: str, real: bool = True) -> None:
+    """Raise a ``ValueError`` (its message opens with ``where``) unless ``prior`` is a proper density, on every
+    real number (``real``; else on a continuous support NUTS reaches through ``biject_to``), one log density per
+    parameter, finite at ``value``: what NUTS needs of :math:`p(w)`."""
     if isinstance(prior, LogUniform):
         raise ValueError(f"{where} is the improper log-uniform prior p(w) ~ 1/|w|, whose posterior is improper too "
                          "(infinite mass at w = 0): NUTS needs a proper prior; use a Gaussian or scale-mixture prior")
     support = prior.support
+    if support.is_discrete:
+        raise ValueError(f"{where} ({type(prior).__name__}) is discrete: NUTS samples continuous latents; "
+                         "enumerate it out or condition the model on its value (pyro.condition)")
     while isinstance(support, constraints.independent):
         support = support.base_constraint
-    if support is not constraints.real:
+    if real and support is not constraints.real:
         raise ValueError(f"{where} ({type(prior).__name__}) has support {prior.support}, not every real number: NUTS "
                          "moves the weights freely over the reals; use a prior on all reals (a Gaussian or "
                          "scale-mixture prior)")
@@ -57,59 +70,86 @@ def check_prior(prior, value: torch.Tensor, where: str) -> None:
                          "NUTS needs a proper prior with a finite density")
 
 
+def _unvalidated(prior):
+    """A copy of ``prior`` (and of the distributions it wraps) that does not validate its arguments: a user's prior
+    built while validation was on reads a Python bool from every value it scores, which a recorded graph cannot."""
+    prior = copy.copy(prior)
+    prior._validate_args = False
+    if hasattr(prior, "base_dist"):
+        prior.base_dist = _unvalidated(prior.base_dist)
+    return prior
+
+
 class FlatPotential:
     r"""The potential energy :math:`U(\theta)` of a network's posterior on full-batch data ``(x, y)``.
 
-    :math:`\theta` is the concatenation of every Bayesian weight (in :meth:`BayesianNetwork.sites` order);
-    the network runs with those weights through the PyroModule cache, without sample statements, and the
-    likelihood is the model's own (:meth:`Likelihood.distribution`), unscaled (the batch is the data set).
+    :math:`\theta` is the concatenation of every latent site (in :meth:`~pyrobnn.model.protocol.NetworkModel.sites`
+    order), each in the unconstrained space of its prior's support (a weight on the reals as it is; a noise scale
+    as its logarithm, ``biject_to``); the network runs with those values (:meth:`network`), and the likelihood is
+    the model's own (:meth:`Likelihood.distribution`), unscaled (the batch is the data set).
     Called with ``{"weights": theta}`` as ``NUTS(potential_fn=...)`` does. Deterministic parameters of the
     model (e.g. a learned noise scale) are held at their current values.
+
+    :param model: any model of a network (:func:`~pyrobnn.model.protocol.network_model`; a Pyro model written by
+        hand is traced on ``(x, y)``).
     """
 
     def __init__(self, model, x: torch.Tensor, y: torch.Tensor):
-        self.model, self.x, self.y = model, x, y
-        sites = model.sites()
+        self.model, self.x = network_model(model, x, y), x
+        sites = self.model.sites()
         if not sites:
             raise ValueError("the model has no Bayesian parameters to sample (was it built with deterministic=True?)")
         self.names = [site.name for site in sites]
         self.shapes = [site.shape for site in sites]
-        self.priors = [site.prior_distribution() for site in sites]
+        self.priors = [_unvalidated(site.prior_distribution()) for site in sites]
+        for site, prior in zip(sites, self.priors):
+            # a weight pyrobnn converted starts at the network's own value, which a bounded support may exclude
+            check_prior(prior, site.init, f"the prior of site {site.name!r}", real=site.prior is not None)
+        self.transforms = [biject_to(prior.support) for prior in self.priors]
+        self._sites = sites
         self.evaluations = 0
         self._traced = None
         theta = self.initial()
-        for name, prior, value in zip(self.names, self.priors, self.unflatten(theta).values()):
-            check_prior(prior, value, f"the prior of site {name!r}")
         self._gaussian = self._diagonal_gaussian(theta)
+        with torch.no_grad():  # targets (N,) of a network with one output per example score as (N, 1)
+            self.y = self.model.likelihood.targets_for(self.network(self.unflatten(theta), x[:1]), y)
+
+    @property
+    def unconstrained_shapes(self) -> list[torch.Size]:
+        """Each site's shape in the unconstrained space (its own shape, unless its transform changes it)."""
+        return [t.inverse_shape(shape) for t, shape in zip(self.transforms, self.shapes)]
 
     @property
     def size(self) -> int:
-        """The number of sampled weights, the dimension of :math:`\\theta`."""
-        return sum(math.prod(shape) for shape in self.shapes)
+        """The number of sampled numbers, the dimension of :math:`\theta`."""
+        return sum(math.prod(shape) for shape in self.unconstrained_shapes)
 
     def initial(self) -> torch.Tensor:
-        """The network's current weights as one flat vector."""
-        return torch.cat([site.init.reshape(-1) for site in self.model.sites()]).detach()
+        """The model's current values (a network's weights; a traced model's traced values) as one flat vector."""
+        return torch.cat([t.inv(site.init).reshape(-1) for t, site in zip(self.transforms, self._sites)]).detach()
+
+    def _unconstrained(self, theta: torch.Tensor) -> list[torch.Tensor]:
+        shapes = self.unconstrained_shapes
+        parts = theta.split([math.prod(shape) for shape in shapes], dim=-1)
+        return [part.reshape(theta.shape[:-1] + shape) for part, shape in zip(parts, shapes)]
 
     def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{site name: weight}`` from a flat vector (or ``(..., D)`` batch: the last dimension is split)."""
-        parts = theta.split([math.prod(shape) for shape in self.shapes], dim=-1)
-        return {name: part.reshape(theta.shape[:-1] + shape)
-                for name, part, shape in zip(self.names, parts, self.shapes)}
+        """``{site name: value}`` from a flat vector (or ``(..., D)`` batch: the last dimension is split), each
+        mapped to its support."""
+        return {name: part if t is identity_transform else t(part)
+                for name, part, t in zip(self.names, self._unconstrained(theta), self.transforms)}
 
-    def network(self, weights: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """The network's output with these weights (no Pyro sample statements are run)."""
-        context = pyro_context(self.model)
-        with context:
-            for name, value in weights.items():
-                context.set(name, value)
-            return self.model.net(x)
+    def network(self, values: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The network's output with these values of the latent sites
+        (:meth:`~pyrobnn.model.protocol.NetworkModel.net_with`)."""
+        return self.model.net_with(values, x)
 
     def _diagonal_gaussian(self, theta: torch.Tensor):
         r"""``(loc, 1/scale, constant)`` of the prior when every site has an isotropic Gaussian prior (each its
         own :math:`\mathcal N(\mu_k, \sigma_k^2)`, e.g. fan-in scaled): one diagonal Gaussian over the flat
         vector. Python floats when all sites share one, else ``(D,)`` tensors; None for other priors."""
-        if not all(isinstance(p, IsotropicNormal) for p in self.priors):
+        if not all(isinstance(p, IsotropicNormal) for p in self.priors) or \
+                any(t is not identity_transform for t in self.transforms):
             return None
         sizes = [math.prod(shape) for shape in self.shapes]
         constant = sum(n * (math.log(p.scale) + 0.5 * math.log(2 * math.pi)) for n, p in zip(sizes, self.priors))
@@ -130,7 +170,15 @@ class FlatPotential:
             loc, inverse_scale, constant = self._gaussian
             z = (theta - loc) * inverse_scale if isinstance(loc, torch.Tensor) or loc else theta * inverse_scale
             return -0.5 * torch.linalg.vecdot(z, z) - constant
-        return sum(prior.log_prob(value) for prior, value in zip(self.priors, self.unflatten(theta).values()))
+        total = 0.0
+        for prior, part, transform in zip(self.priors, self._unconstrained(theta), self.transforms):
+            if transform is identity_transform:
+                total = total + prior.log_prob(part)
+                continue
+            value = transform(part)  # log p(T(u)) + log |det dT/du|
+            jacobian = transform.log_abs_det_jacobian(part, value)
+            total = total + prior.log_prob(value) + sum_rightmost(jacobian, jacobian.dim() - theta.dim() + 1)
+        return total
 
     def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
         r""":math:`\log p(w(\theta)) + \sum_n \log p(y_n \mid x_n, w(\theta))`."""
@@ -171,44 +219,22 @@ class FlatPotential:
         return -log_joint(params["weights"])
 
 
+class _Layout(Messenger):
+    """Tells the model the particle layout of the chains (:func:`~pyrobnn.handlers.particles.current_particles`),
+    so a model that runs its own data plate repeats its rows for every chain."""
+
+    def __init__(self, particles: Particles):
+        super().__init__()
+        self.particles = particles
+
+    def _pyro_current_particles(self, msg):
+        msg["value"], msg["done"] = self.particles, True
+
+
 class CannotBatch(ValueError):
     """The network cannot run C weight vectors in one pass (a Bayesian parameter used outside a Linear/Conv
     layer, a residual around the first Bayesian layer, rows that interact), so the batched sampler cannot
     run it: Pyro's NUTS (``sampler="pyro"``) can."""
-
-
-class ChainWeights(DistributionTensor):
-    r"""One weight's values in C chains, ``values`` of shape ``(C,) + shape``, as a tensor of the weight's
-    shape (the empirical distribution :math:`\frac1C\sum_c \delta(w - w_c)`): a Linear/Conv layer that receives
-    it applies the C weights in one batched call (:meth:`Particles.layer`); any other use of the weight is
-    refused with :class:`~pyrobnn.handlers.particles.ParticlesUnsupported`."""
-
-    values: torch.Tensor
-    particles: Particles
-
-    @staticmethod
-    def __new__(cls, values: torch.Tensor, particles: Particles):
-        self = cls.wrap(values[0])
-        self.values, self.particles = values, particles
-        return self
-
-    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and variance over the chains."""
-        return self.values.mean(0), self.values.var(0, unbiased=False)
-
-    def __repr__(self):
-        return f"ChainWeights(chains={self.values.shape[0]}, shape={tuple(self.shape)})"
-
-    @classmethod
-    def dispatch(cls, func, args, kwargs):
-        if func in LAYERS and len(args) > 1 and isinstance(args[1], ChainWeights):
-            x, weight, *rest = args
-            bias = rest.pop(0) if rest else kwargs.pop("bias", None)
-            if isinstance(bias, ChainWeights):
-                bias = bias.values
-            return weight.particles.layer(func, x, weight.values, bias, *rest, **kwargs)
-        name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
-        raise ParticlesUnsupported(f"{name} uses a Bayesian parameter outside a Linear/Conv layer (as its weight)")
 
 
 class BatchedPotential:
@@ -229,9 +255,9 @@ class BatchedPotential:
     def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The network's outputs on ``x`` for each row of ``theta`` ``(C, D)``: ``(C, len(x), ...)``."""
         particles = Particles(len(x), theta.shape[0])
-        weights = {name: ChainWeights(value, particles) for name, value in self.flat.unflatten(theta).items()}
-        with mismatched_rows_unsupported(particles):
-            return particles.split(self.flat.network(weights, x))
+        values = {name: ParticleValues(value, particles) for name, value in self.flat.unflatten(theta).items()}
+        with _Layout(particles), mismatched_rows_unsupported(particles):
+            return particles.split(self.flat.network(values, x))
 
     def log_joint(self, theta: torch.Tensor) -> torch.Tensor:
         r""":math:`\log p(w(\theta_c)) + \sum_n \log p(y_n \mid x_n, w(\theta_c))` for every row of ``theta``

@@ -14,10 +14,15 @@ from pyrobnn._compat import DropoutBase
 from pyrobnn.checks import multiples_near
 from pyrobnn.device import device_of, memory_budget, peak_bytes
 from pyrobnn.guides.base import SiteGuide
-from pyrobnn.handlers import local_reparameterization, vdp
+from pyrobnn.guides.empirical import PosteriorDraws
+from pyrobnn.handlers import estimator, vdp
 from pyrobnn.handlers.families import has_lazy_value
 from pyrobnn.handlers.moments import Moments
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
+from pyrobnn.model.protocol import network_model
+
+PROTOTYPE_ROWS = 16
+"""A Pyro model written by hand that no guide or fit has run yet is traced on this many rows of the inputs."""
 
 __all__ = ["predict", "predict_moments", "predictive_outputs", "prediction_mode"]
 
@@ -42,10 +47,26 @@ def prediction_mode(model: nn.Module, mc_dropout: bool = False):
 
 
 def _vectorizable(guide) -> bool:
-    """Whether the guide is a :class:`~pyrobnn.guides.SiteGuide` whose every site has a posterior that estimator
-    handlers draw in one pass (a family of :mod:`pyrobnn.handlers.families`: Normal, dropout, mixture nodes)."""
-    return (isinstance(guide, SiteGuide) and bool(guide.site_names)
-            and all(has_lazy_value(guide.posterior(name)) for name in guide.site_names))
+    """Whether the estimator handlers draw the guide's posterior in one pass: empirical draws
+    (:class:`~pyrobnn.guides.PosteriorDraws`), or a :class:`~pyrobnn.guides.SiteGuide` with a site of a family of
+    :mod:`pyrobnn.handlers.families` (Normal, dropout, mixture nodes) whose other sites are reparameterized (a
+    noise scale's Normal) or point masses."""
+    if isinstance(guide, PosteriorDraws):
+        return True
+    if not (isinstance(guide, SiteGuide) and guide.ready):
+        return False
+    posteriors = [guide.posterior(name) for name in guide.site_names]
+    return any(map(has_lazy_value, posteriors)) and all(has_lazy_value(q) or q.has_rsample for q in posteriors)
+
+
+def prepared(model, guide, x: torch.Tensor):
+    """The model as :class:`~pyrobnn.model.protocol.NetworkModel` and the guide, both ready to predict on ``x``: a
+    Pyro model written by hand that nothing has run yet is traced on the first rows of ``x``, a pyrobnn guide that
+    has not met it finds its sites there."""
+    model = network_model(model, x[:PROTOTYPE_ROWS])
+    if isinstance(guide, SiteGuide):
+        guide.set_up(x[:PROTOTYPE_ROWS])
+    return model, guide
 
 
 @torch.no_grad()
@@ -72,7 +93,10 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     device = device_of(guide, model)
     x = x.to(device)
+    model, guide = prepared(model, guide, x)
     model.check_input(x)
+    if isinstance(guide, PosteriorDraws):
+        guide = guide.thinned(num_samples)  # spread over every chain and the whole run, replayed from draw 0
     budget = memory_budget(device, max_memory)
     explicit = vectorized is not None
     if vectorized is None:
@@ -91,11 +115,13 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
             try:
                 rows = _rows_per_pass(lambda probe: _particle_pass(model, guide, probe, copies), x, budget, device,
                                       copies)
+                _rewind(guide)
                 return _vectorized_outputs(model, guide, x, num_samples, batch_size, rows, progress)
             except ParticlesUnsupported:  # e.g. a residual adding the B-row input to S·B rows
                 if explicit:
                     raise
         rows = _rows_per_pass(lambda probe: _sampled_net(model, guide)(probe), x, budget, device, 1)
+        _rewind(guide)
         chunk = min(batch_size, rows)
         outputs = []
         with passes(num_samples * math.ceil(len(x) / chunk), progress) as advance:
@@ -127,15 +153,22 @@ def _check_components(k: int, num_samples: int) -> None:
                          f"e.g. {multiples_near(num_samples, k)}")
 
 
+def _rewind(guide) -> None:
+    """Empirical draws replay from the first again (the probes of a pass's memory drew some)."""
+    if isinstance(guide, PosteriorDraws):
+        guide.index = 0
+
+
 def _sampled_net(model, guide, check_fit: bool = True):
     """The network with one weight sample of the guide; ``check_fit``: an input that does not fit it is a
     ``ValueError`` (:meth:`~pyrobnn.BayesianNetwork.run_net`)."""
-    return poutine.replay(model.run_net if check_fit else model.net, trace=poutine.trace(guide).get_trace())
+    return poutine.replay(lambda x: model.run_net(x, check=check_fit), trace=poutine.trace(guide).get_trace())
 
 
 def _particle_pass(model, guide, x, particles: int):
-    """``particles`` draws of the network on ``x`` in one pass, shape ``(particles, len(x), ...)``."""
-    with local_reparameterization(num_particles=particles, batch_size=len(x)) as handler, \
+    """``particles`` draws of the network on ``x`` in one pass, shape ``(particles, len(x), ...)``, under local
+    reparameterization (chosen here: it says nothing when it finds no site to act on)."""
+    with estimator("local", particles, len(x), warn=False) as handler, \
             mismatched_rows_unsupported(handler.particles):
         out = _sampled_net(model, guide, check_fit=False)(x)
     return handler.particles.split(out) if particles > 1 else out.unsqueeze(0)
@@ -168,11 +201,12 @@ def predict_moments(model, guide, x: torch.Tensor, batch_size: int = 1000) -> di
     under :func:`~pyrobnn.handlers.vdp`; for classification also ``probs`` and ``probs_var``, the
     propagated moments of the softmax."""
     x = x.to(device_of(guide, model))
+    model, guide = prepared(model, guide, x)
     model.check_input(x)
     parts = []
     with prediction_mode(model), vdp():
         guide_trace = poutine.trace(guide).get_trace()
-        net = poutine.replay(model.net, trace=guide_trace)
+        net = poutine.replay(lambda rows: model.run_net(rows, check=False), trace=guide_trace)
         for chunk in x.split(batch_size):
             out = net(chunk)
             if not isinstance(out, Moments):
@@ -215,4 +249,4 @@ def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: i
     """
     outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory,
                                  progress)
-    return model.likelihood.predictive(outputs)
+    return network_model(model).likelihood.predictive(outputs)

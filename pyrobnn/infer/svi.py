@@ -42,15 +42,16 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pyrobnn.checks import check_labels, choice, nonnegative, nonnegative_int, positive_int
 from pyrobnn.device import device_of, resolve_device
-from pyrobnn.guides.base import direct_parameters
+from pyrobnn.guides.base import SiteGuide, direct_parameters
 from pyrobnn.handlers import ESTIMATORS, kl_annealing
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
 from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate, trained_parameters
-from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.infer.predict import PROTOTYPE_ROWS, predictive_outputs
 from pyrobnn.infer.schedules import Constant
+from pyrobnn.model.protocol import network_model
 
 __all__ = ["fit", "svi_step", "compiled_terms", "TRACE", "check_objective", "TrainingDiverged", "History", "Callback",
            "PRECISIONS"]
@@ -416,14 +417,15 @@ def _terms(model, guide, x, y, elbo, beta, estimator, num_particles, precision, 
     elbo = elbo if elbo is not None else MeanFieldELBO()
     arithmetic = _precision(precision, x.device)
     rows = x.shape[0] if rows is None else rows
+    warn = estimator != "sample" or num_particles > 1  # the default, one weight sample, is no choice to report
     try:
         with arithmetic, kl_annealing(beta=beta, validate=validate_beta), direct_parameters(), \
-                estimator_handler(estimator, num_particles, rows) as handler, \
+                estimator_handler(estimator, num_particles, rows, warn=warn) as handler, \
                 mismatched_rows_unsupported(handler.particles):
             terms = elbo.terms(model, guide, x, y)
     except ParticlesUnsupported:
         with arithmetic, kl_annealing(beta=beta, validate=validate_beta), direct_parameters(), \
-                estimator_handler(estimator, 1, rows):
+                estimator_handler(estimator, 1, rows, warn=warn):
             terms = MeanFieldELBO(num_particles=num_particles).terms(model, guide, x, y)
     return terms
 
@@ -463,6 +465,26 @@ def _check_data(model, guide, x: torch.Tensor, y: torch.Tensor, what: str, trans
         with pyro.poutine.block():
             num_classes = predictive_outputs(model, guide, first, num_samples=1, vectorized=False).shape[-1]
         check_labels(y, num_classes, f"{what} labels")
+
+
+def prepared_for_training(model, guide, x: torch.Tensor, y: torch.Tensor, device, transform=None):
+    """The model as :class:`~pyrobnn.model.protocol.NetworkModel` (a Pyro model written by hand is traced on the
+    first rows of the data) with the guide's parameters made, so the optimiser can be built: a pyrobnn guide or
+    a Pyro autoguide that has not yet met the model runs once on those rows (hidden from every handler), as
+    ``pyro.infer.SVI`` would on its first step."""
+    model = network_model(model)
+    unready = (isinstance(guide, SiteGuide) and not guide.ready) or getattr(guide, "prototype_trace", False) is None
+    if not unready and getattr(model, "traced", True):
+        return model
+    first, targets = x[:PROTOTYPE_ROWS].to(device), y[:PROTOTYPE_ROWS].to(device)
+    first = first if transform is None else transform(first)
+    model = network_model(model, first, targets)
+    if isinstance(guide, SiteGuide):
+        guide.set_up(first, targets)
+    elif unready:  # an autoguide before its first call
+        with pyro.poutine.block():
+            guide(first, targets)
+    return model
 
 
 def checked_fit_options(x, epochs, batch_size, num_particles, optimizer, estimator, elbo, num_data,
@@ -585,12 +607,14 @@ def fit(
     if compile:
         compiled_terms(compile)  # checks the value before anything runs
     if ESTIMATORS[estimator].stochastic:
-        check_components(guide.num_components, batch_size, num_particles, x.shape[0])
+        check_components(getattr(guide, "num_components", 1), batch_size, num_particles, x.shape[0])
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
     device = resolve_device(device)
+    model = network_model(model)
     model.to(device)
     guide.to(device)
+    model = prepared_for_training(model, guide, x, y, device, transform)
     _check_data(model, guide, x, y, "training data", transform)
     for callback in callbacks:  # callbacks that read the model (validation) get it once, before training
         if hasattr(callback, "setup"):

@@ -12,6 +12,7 @@ from pyro.nn.module import to_pyro_module_
 from pyro.poutine.runtime import get_plates
 from torch import nn
 
+from pyrobnn._compat import pyro_context
 from pyrobnn.handlers.particles import ParticlesUnsupported, align_targets, current_particles
 from pyrobnn.model.conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
 from pyrobnn.model.likelihoods import Categorical, Likelihood
@@ -106,12 +107,12 @@ class BayesianNetwork(PyroModule):
                 f"{self.input_shape} (x must be (batch, {', '.join(map(str, self.input_shape))}))"
             )
 
-    def run_net(self, x: torch.Tensor) -> torch.Tensor:
-        """The network's output on ``x``; an input whose shape does not fit the network is a ``ValueError`` that
-        says so (instead of the error of the first layer it reaches). Under S vectorized particles a shape error
-        may instead mean a residual around the first Bayesian layer, which the caller turns into a loop
-        (:func:`~pyrobnn.handlers.particles.mismatched_rows_unsupported`), so it passes unchanged."""
-        if current_particles() is not None:
+    def run_net(self, x: torch.Tensor, check: bool = True) -> torch.Tensor:
+        """The network's output on ``x``; with ``check``, an input whose shape does not fit the network is a
+        ``ValueError`` that says so (instead of the error of the first layer it reaches). Under S vectorized
+        particles a shape error may instead mean a residual around the first Bayesian layer, which the caller turns
+        into a loop (:func:`~pyrobnn.handlers.particles.mismatched_rows_unsupported`), so it passes unchanged."""
+        if not check or current_particles() is not None:
             return self.net(x)
         try:
             return self.net(x)
@@ -120,6 +121,16 @@ class BayesianNetwork(PyroModule):
                     or ("shape" not in str(error) and "size" not in str(error))):
                 raise
             raise ValueError(f"input x of shape {tuple(x.shape)} does not fit the network: {error}") from error
+
+    def net_with(self, values: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """The network's output on ``x`` with the sites' ``values`` (``{site name: value}``), set in the
+        ``PyroModule`` cache: no sample statement runs (what a potential energy evaluates at every leapfrog
+        step)."""
+        context = pyro_context(self)
+        with context:
+            for name, value in values.items():
+                context.set(name, value)
+            return self.net(x)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(x)

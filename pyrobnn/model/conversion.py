@@ -17,7 +17,6 @@ node latents instead (:mod:`pyrobnn.model.nodes`), sites of the same kind (a ``P
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence, Union
 
 import torch
@@ -28,6 +27,7 @@ from torch import nn
 from pyrobnn._compat import BatchNormBase, pyro_name, pyro_samples
 from pyrobnn.model.nodes import NODE_LAYERS, node_latents, register_node_hooks
 from pyrobnn.model.priors import GaussianPrior, NodePrior, Prior
+from pyrobnn.model.protocol import INIT_SUFFIX, Site
 
 __all__ = ["bayesian", "bayesian_sites", "last_layer", "Site", "NORMALIZATION_LAYERS"]
 
@@ -39,32 +39,6 @@ NORMALIZATION_LAYERS: tuple[type, ...] = (
     nn.GroupNorm,
 )
 """Module types kept deterministic by default (BatchNorm, InstanceNorm, LayerNorm, GroupNorm)."""
-
-_INIT_SUFFIX = "_init"
-
-
-@dataclass(frozen=True)
-class Site:
-    """One Bayesian parameter: its Pyro site name, owning module and attribute, prior."""
-
-    name: str
-    module: PyroModule
-    attr: str
-    prior: Prior
-
-    @property
-    def init(self) -> torch.Tensor:
-        """The parameter's value at conversion time (e.g. pretrained), on the module's device."""
-        return getattr(self.module, self.attr + _INIT_SUFFIX)
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.init.shape
-
-    def prior_distribution(self):
-        """The site's prior distribution, on the module's current device (built once per device)."""
-        return pyro_samples(self.module)[self.attr](self.module)
-
 
 class _PriorSite:
     """Callable given to ``PyroSample``: builds the prior from the module's reference buffer.
@@ -78,7 +52,7 @@ class _PriorSite:
         self._key, self._dist = None, None
 
     def __call__(self, module: nn.Module):
-        reference = getattr(module, self.attr + _INIT_SUFFIX)
+        reference = getattr(module, self.attr + INIT_SUFFIX)
         key = (reference.shape, reference.dtype, reference.device)
         if key != self._key:
             self._key, self._dist = key, self.prior(reference)
@@ -118,7 +92,7 @@ def _selected(net: nn.Module, include: list[Selector], exclude: list[Selector]) 
 
 def _add_site(module: nn.Module, attr: str, reference: torch.Tensor, prior: Prior) -> None:
     """Make ``module.<attr>`` a prior sample site shaped like ``reference`` (kept as the buffer ``<attr>_init``)."""
-    module.register_buffer(attr + _INIT_SUFFIX, reference, persistent=False)
+    module.register_buffer(attr + INIT_SUFFIX, reference, persistent=False)
     setattr(module, attr, PyroSample(_PriorSite(attr, prior)))
 
 
@@ -141,6 +115,11 @@ def bayesian(
     :param exclude: parameters to keep deterministic, same syntax; by default
         normalisation layers (BatchNorm, LayerNorm, GroupNorm).
     :returns: the same object, converted; its sites are listed by :func:`bayesian_sites`.
+
+    The network's own priors are kept: a ``PyroSample`` attribute it already has (a layer written the Pyro way,
+    ``layer.weight = PyroSample(dist.Normal(0., 1.).expand([out, in]).to_event(2))``) stays a site with its
+    prior, and ``prior`` fills only its plain parameters, so a user's priors on some layers mix with pyrobnn's on
+    the rest.
     """
     if not isinstance(net, nn.Module):
         raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
@@ -148,12 +127,13 @@ def bayesian(
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a pyrobnn Prior (e.g. GaussianPrior()), got {prior!r}")
     selected = _selected(net, _as_list(include), _as_list(exclude))
-    if not selected:
+    own = _keep_own_priors(net)
+    if not selected and not own:
         raise ValueError(
             "include/exclude selected no parameter of the network: check the patterns against "
             f"its parameter names, e.g. {[n for n, _ in net.named_parameters()][:5]}"
         )
-    if isinstance(prior, NodePrior):
+    if isinstance(prior, NodePrior) and selected:
         modules = dict(net.named_modules())
         layers = [name for name in dict.fromkeys(name for name, _ in selected)
                   if isinstance(modules[name], NODE_LAYERS)]
@@ -180,13 +160,32 @@ def bayesian(
     return net
 
 
+def _keep_own_priors(net: nn.Module) -> list[tuple[nn.Module, str]]:
+    """The ``PyroSample`` attributes the network already has (the user's own priors), which :func:`bayesian`
+    keeps: each gets a reference buffer ``<attr>_init``, one draw of its prior (shape, dtype and device for the
+    guides, and their initial means), made once."""
+    kept = []
+    for module in net.modules():
+        for attr, fn in pyro_samples(module).items():
+            if isinstance(fn, _PriorSite):
+                continue
+            if attr + INIT_SUFFIX not in module._buffers:
+                prior = fn if hasattr(fn, "sample") else fn(module)
+                module.register_buffer(attr + INIT_SUFFIX, prior.sample().detach(), persistent=False)
+            kept.append((module, attr))
+    return kept
+
+
 def bayesian_sites(net: nn.Module) -> Iterator[Site]:
-    """The Bayesian parameters of a converted network, in module order, with their site names."""
+    """The Bayesian parameters of a converted network, in module order, with their site names: the sites
+    :func:`bayesian` made (``site.prior`` is their :class:`~pyrobnn.model.priors.Prior`) and the ``PyroSample`` s
+    the network brought (``site.prior`` None: the prior is the user's)."""
     for module in net.modules():
         samples = pyro_samples(module)
         for attr, fn in samples.items():
-            if isinstance(fn, _PriorSite):
-                yield Site(f"{pyro_name(module)}.{attr}" if pyro_name(module) else attr, module, attr, fn.prior)
+            if isinstance(fn, _PriorSite) or attr + INIT_SUFFIX in module._buffers:
+                name = f"{pyro_name(module)}.{attr}" if pyro_name(module) else attr
+                yield Site(name, module, attr, fn.prior if isinstance(fn, _PriorSite) else None)
 
 
 def last_layer(net: nn.Module) -> list[str]:

@@ -18,12 +18,12 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
-from pyro.distributions import constraints
 from pyro.nn import PyroModule
 from pyro.poutine.util import is_validation_enabled
 from torch import nn
 
 from pyrobnn.checks import check_labels, check_probs, choice, positive
+from pyrobnn.distributions import MomentCategorical
 from pyrobnn.handlers.moments import Moments
 
 __all__ = [
@@ -31,7 +31,9 @@ __all__ = [
     "Categorical",
     "Gaussian",
     "HeteroscedasticGaussian",
+    "NormalObservation",
     "LIKELIHOODS",
+    "likelihood_of",
     "uncertainty",
 ]
 
@@ -91,6 +93,16 @@ class Likelihood(PyroModule):
         """The observation model when the network output is propagated moments (VDP++)."""
         raise TypeError(f"{type(self).__name__} does not support VDP++ moment propagation")
 
+    def targets_for(self, output: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor | None:
+        """``y`` shaped as :meth:`distribution` scores it against ``output``: as it is (a regression with one target
+        per example also takes ``(N,)`` for ``(N, 1)``)."""
+        return y
+
+    def output_of(self, fn: dist.TorchDistribution) -> torch.Tensor:
+        """The output from which :meth:`distribution` rebuilds ``fn``: how a model that builds its observation
+        itself (:class:`~pyrobnn.model.protocol.TracedModel`) hands it on as a tensor."""
+        raise TypeError(f"{type(self).__name__} cannot read an observed distribution back into an output")
+
     def forward(self, output: torch.Tensor, y: torch.Tensor | None = None, num_data: int | None = None):
         """Observe ``y`` (or sample it, when ``None``) at the site ``"obs"`` given the network
         ``output`` of a minibatch, inside a data plate of size ``num_data`` (default: the batch),
@@ -99,32 +111,13 @@ class Likelihood(PyroModule):
         With Pyro's validation on, :meth:`check` runs first."""
         output = _full_precision(output)
         batch = output.shape[0]
+        y = self.targets_for(output, y)
         if is_validation_enabled():
             self.check(output, y)
         subsample = torch.arange(batch, device=output.device)
         fn = self.moment_distribution(output) if isinstance(output, Moments) else self.distribution(output)
         with pyro.plate("data", size=num_data or batch, subsample=subsample):
             return pyro.sample("obs", fn, obs=y)
-
-
-class MomentCategorical(dist.TorchDistribution):
-    r"""VDP++'s observation model (eq. 11): the one-hot target :math:`y` under independent
-    Gaussians on the softmax outputs, :math:`\log p(y) = -\tfrac12\sum_k \big[\log\sigma_k^2 +
-    (y_k - \mu_k)^2/\sigma_k^2\big]` (constant dropped), with :math:`(\mu, \sigma^2)` the propagated
-    moments of the softmax and ``min_variance`` added to :math:`\sigma^2` for stability."""
-
-    arg_constraints = {}
-    support = constraints.nonnegative_integer
-
-    def __init__(self, mean: torch.Tensor, var: torch.Tensor, min_variance: float = 1e-3, validate_args=None):
-        self.probs_mean, self.probs_var = mean, var + min_variance
-        super().__init__(mean.shape[:-1], validate_args=validate_args)
-
-    def log_prob(self, value):
-        # one-hot by comparison: F.one_hot reads the labels' range (a host read a recorded step cannot make)
-        classes = torch.arange(self.probs_mean.shape[-1], device=value.device)
-        onehot = (value.long().unsqueeze(-1) == classes).to(self.probs_mean.dtype)
-        return -0.5 * (self.probs_var.log() + (onehot - self.probs_mean).square() / self.probs_var).sum(-1)
 
 
 class Categorical(Likelihood):
@@ -144,6 +137,9 @@ class Categorical(Likelihood):
 
     def distribution(self, output):
         return dist.Categorical(logits=output)
+
+    def output_of(self, fn):
+        return fn.logits
 
     def moment_distribution(self, output):
         if self.vdp_objective == "cross_entropy":
@@ -166,6 +162,16 @@ class Categorical(Likelihood):
 
 class _GaussianBase(Likelihood):
     task = "regression"
+
+    outputs_per_target: int = 1
+    """Network outputs per target (a heteroscedastic network has a mean and a scale)."""
+
+    def targets_for(self, output, y):
+        """Targets ``(N,)`` of a network with one mean output, ``(N, 1)``, as ``(N, 1)``: without this a Gaussian of
+        shape ``(N, 1)`` would broadcast them against itself to ``(N, N)``."""
+        if y is not None and y.dim() == output.dim() - 1 and output.shape[-1] == self.outputs_per_target:
+            return y.unsqueeze(-1)
+        return y
 
     def mean_scale(self, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and noise standard deviation from the network output."""
@@ -229,6 +235,8 @@ class HeteroscedasticGaussian(_GaussianBase):
     """Heteroscedastic regression: the network outputs ``2 D`` values, mean and a raw scale;
     :math:`\\sigma(x) = \\mathrm{softplus}(\\cdot) + \\sigma_{\\min}`."""
 
+    outputs_per_target = 2
+
     def __init__(self, min_scale: float = 1e-3):
         super().__init__()
         self.min_scale = positive("min_scale (the smallest noise standard deviation)", min_scale)
@@ -241,6 +249,55 @@ class HeteroscedasticGaussian(_GaussianBase):
             )
         mean, raw = output.chunk(2, dim=-1)
         return mean, F.softplus(raw) + self.min_scale
+
+
+class NormalObservation(_GaussianBase):
+    r"""Regression observed by a model's own ``pyro.sample(name, Normal(loc, scale), obs=y)`` (a Pyro model of a
+    network, :class:`~pyrobnn.model.protocol.TracedModel`): the output is the observation's location and scale
+    stacked in a last dimension, ``(..., 2)``, so the noise may be a latent of the model (sampled with the
+    weights) or depend on the input.
+
+    :param event_dim: the observation's event dimensions (``Normal(...).to_event(1)``: 1).
+    """
+
+    def __init__(self, event_dim: int = 0):
+        super().__init__()
+        self.event_dim = event_dim
+
+    def targets_for(self, output, y):
+        return y
+
+    def mean_scale(self, output):
+        return output[..., 0], output[..., 1]
+
+    def distribution(self, output):
+        return dist.Normal(output[..., 0], output[..., 1]).to_event(self.event_dim)
+
+    def output_of(self, fn):
+        base = fn.base_dist if isinstance(fn, dist.Independent) else fn
+        return torch.stack(torch.broadcast_tensors(base.loc, base.scale), -1)
+
+    def moment_distribution(self, output):
+        """Under VDP++: the noise variance added to the propagated variance of the location."""
+        return dist.Normal(output.loc[..., 0], (output.variance[..., 0] + output.loc[..., 1] ** 2).sqrt()).to_event(
+            self.event_dim)
+
+    def check(self, output, y):
+        if y is not None and y.shape != output.shape[:-1]:
+            raise ValueError(f"targets y must have shape {tuple(output.shape[:-1])}, got {tuple(y.shape)}")
+
+
+def likelihood_of(fn: dist.TorchDistribution, name: str = "obs") -> Likelihood:
+    """The :class:`Likelihood` of a model's observed distribution ``fn`` (its site ``name``): a ``Categorical``
+    is :class:`Categorical` (its logits are the output), a ``Normal`` (or an ``Independent`` of one)
+    :class:`NormalObservation`; any other is refused, naming the site."""
+    base = fn.base_dist if isinstance(fn, dist.Independent) else fn
+    if isinstance(base, dist.Categorical) and not isinstance(fn, dist.Independent):
+        return Categorical()
+    if isinstance(base, dist.Normal):
+        return NormalObservation(fn.event_dim)
+    raise ValueError(f"the observed site {name!r} is a {type(fn).__name__}: pyrobnn predicts and scores Categorical "
+                     "(classification) and Normal (regression) observations; observe y with one of them")
 
 
 LIKELIHOODS = {"categorical": Categorical, "gaussian": Gaussian, "heteroscedastic": HeteroscedasticGaussian}

@@ -4,6 +4,7 @@ MNIST-sized: ``mlp``, ``lenet300-100``, ``lenet5``, ``vit``. CIFAR-10 (3x32x32 i
 and ``alexnet`` as paper 000 defines them, ``resnet18``, ``resnet50`` (CIFAR stem), ``vgg16`` (BatchNorm),
 ``wrn28-10`` (any ``wrn<depth>-<k>``). Every one is a plain ``nn.Module`` that
 :class:`~pyrobnn.BayesianNetwork` converts, and runs under every estimator handler, ``vdp`` included.
+:class:`PyroBNN` is a whole Pyro model instead, the README's "Your own Pyro model".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyrobnn.networks.alexnet import AlexNet
 from pyrobnn.networks.building import scaled
 from pyrobnn.networks.lenet import LeNet5
 from pyrobnn.networks.mlp import MLP
+from pyrobnn.networks.pyro_bnn import PyroBNN
 from pyrobnn.networks.resnet import ResNet, resnet18, resnet50
 from pyrobnn.networks.transformer import TransformerClassifier
 from pyrobnn.networks.vgg import VGG16
@@ -25,7 +27,7 @@ from pyrobnn.networks.vit import ViT
 from pyrobnn.networks.wide_resnet import WideResNet
 
 __all__ = ["MLP", "LeNet5", "ViT", "AlexNet", "ResNet", "resnet18", "resnet50", "VGG16", "WideResNet",
-           "TransformerClassifier", "NETWORKS", "CIFAR_INPUT_SHAPE", "build_net"]
+           "TransformerClassifier", "PyroBNN", "NETWORKS", "CIFAR_INPUT_SHAPE", "build_net"]
 
 CIFAR_INPUT_SHAPE = (3, 32, 32)
 """The per-example input shape the CIFAR architectures are defined for."""
