@@ -9,8 +9,11 @@ import itertools
 import numpy as np
 import pytest
 
+from pyrobnn.cli import parse_config
+from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.studies import Study
 from pyrobnn.studies.baseline import resolve_baseline
+from pyrobnn.studies.cells import cache_key
 
 TINY = ["--hidden", "8", "--epochs", "2", "--batch-size", "32", "--num-samples", "4"]
 
@@ -28,6 +31,16 @@ def test_splits_of_a_table_are_folds_each_a_cell_of_its_own(tmp_path):
     cells = study.cells()
     assert [cell.split for cell in cells] == [0, 1, 2, 3, 4] * 2
     assert len({cell.key for cell in cells}) == 10 and all("--split" in cell.argv for cell in cells)
+
+
+def test_cells_cached_before_the_data_options_existed_keep_their_keys():
+    """The keys of d96a161, before --data.target and the other table options: a UCI cell of studies/uci.toml and a
+    NUTS cell keep theirs (their cached runs are found); setting one of the options makes a new key."""
+    argv = ["--dataset", "uci-boston", "--method", "mcdropout", "--split", "3"]
+    assert cache_key("train", parse_config(RunConfig, argv, "pyrobnn train")) == "02ced9d8237d"
+    assert cache_key("mcmc", parse_config(MCMCConfig, ["--dataset", "uci-boston"], "pyrobnn mcmc")) == "01767b255a59"
+    seeded = parse_config(RunConfig, [*argv, "--data.seed", "0"], "pyrobnn train")  # set, even to the rule's value
+    assert cache_key("train", seeded) != "02ced9d8237d"
 
 
 def test_a_study_on_arrays_in_memory_runs_on_two_worker_processes(tmp_path):
