@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from pyrobnn.checkpoint import save_checkpoint
@@ -30,6 +31,13 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--val-size": (["5"], []),
     "--augment": ([], ["--dataset", "mnist", "--data-root", "{data_root}"]),
     "--split": (["3"], ["--dataset", "uci-yacht", "--data-root", "{data_root}"]),
+    "--data.target": (["y"], ["--dataset", "csv:{table}"]),
+    "--data.task": (["regression"], ["--dataset", "csv:{table}", "--data.target", "y"]),
+    "--data.features": (["x1", "kind"], ["--dataset", "csv:{table}"]),
+    "--data.categorical": (["code"], ["--dataset", "csv:{table}"]),
+    "--data.folds": (["3"], ["--dataset", "csv:{table}", "--split", "2"]),
+    "--data.test-fraction": (["0.3"], ["--dataset", "csv:{table}"]),
+    "--data.seed": (["2"], ["--dataset", "csv:{table}"]),
     "--model": (["lenet300-100"], []),
     "--hidden": (["8", "4"], []),
     "--dropout": (["0.2"], []),
@@ -107,6 +115,8 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--val-size": None,
     "--augment": None,
     "--split": (["3"], ["--dataset", "uci-yacht", "--data-root", "{data_root}"]),
+    **dict.fromkeys(["--data.target", "--data.task", "--data.features", "--data.categorical", "--data.folds",
+                     "--data.test-fraction", "--data.seed"]),  # tables are for pyrobnn train
     "--model": None,  # mlp is the only choice
     "--hidden": (["4", "4"], []),
     "--dropout": None,
@@ -158,9 +168,20 @@ def _pretrained(tmp_path) -> str:
     return str(path)
 
 
+def _table(tmp_path) -> str:
+    """A CSV table of 100 rows: numbers x1, x2, text kind, codes 1-3, a 0/1 label y and, last, a number z."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "table.csv"
+    rows = [f"{rng.normal():.3f},{rng.normal():.3f},{'abc'[i % 3]},{1 + i % 3},{i % 2},{rng.normal():.3f}"
+            for i in range(100)]
+    path.write_text("\n".join(["x1,x2,kind,code,y,z", *rows]) + "\n")
+    return str(path)
+
+
 def _fill(args: list[str], data_root, tmp_path) -> list[str]:
     pretrained = _pretrained(tmp_path) if any("{pretrained}" in a for a in args) else None
-    return [a.format(data_root=data_root, tmp=tmp_path, pretrained=pretrained) for a in args]
+    table = _table(tmp_path) if any("{table}" in a for a in args) else None
+    return [a.format(data_root=data_root, tmp=tmp_path, pretrained=pretrained, table=table) for a in args]
 
 
 def test_every_option_has_a_case():

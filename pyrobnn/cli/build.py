@@ -32,8 +32,9 @@ from pyrobnn.cli.options import (
     noise_precision,
     site_rates,
 )
-from pyrobnn.data import uci_protocol
-from pyrobnn.data.splits import holdout_size
+from pyrobnn.data import Columns, check_dataset, uci_protocol
+from pyrobnn.data.splits import DEFAULT_FOLDS, holdout_size
+from pyrobnn.data.tables import table_source
 from pyrobnn.guides import GUIDES
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
@@ -48,7 +49,7 @@ from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
            "GuideRateOptim", "load_pretrained", "check_run", "check_batches", "check_posterior", "check_mcmc",
-           "noise_grid"]
+           "noise_grid", "dataset_options", "check_data"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -196,12 +197,50 @@ def load_pretrained(net: torch.nn.Module, path) -> None:
                          f"the same --model, --hidden and --width): {one_line(error)[:300]}") from None
 
 
-def check_run(cfg: RunConfig) -> None:
-    """Validate what needs no data: counts, and the prior, likelihood and schedule options
-    (dataset and model names are checked by :func:`~pyrobnn.data.load_dataset` and
-    :func:`~pyrobnn.networks.build_net`, which know their aliases).
+def dataset_options(cfg) -> dict:
+    """The arguments of :func:`~pyrobnn.data.load_dataset` (and :func:`~pyrobnn.data.check_dataset`) that the data
+    options set besides the sizes: the split (``--split``, ``--data.folds``, ``--data.test-fraction``,
+    ``--data.seed``) and what a table's columns are (``--data.target``, ``--data.task``, ``--data.features``,
+    ``--data.categorical``)."""
+    data = cfg.data
+    columns = Columns(data.target, data.task, tuple(data.features) or None, tuple(data.categorical))
+    return dict(split=data.split, folds=data.folds, test_fraction=data.test_fraction, split_seed=data.split_seed,
+                columns=None if columns.is_default() else columns)
 
-    Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
+
+def check_data(cfg) -> None:
+    """The data options, then the dataset with them (:func:`~pyrobnn.data.check_dataset`: a table is read and
+    split, so a missing file or column, a bad cell, a target of one value or a class with no training row is found
+    before anything runs). Raises :class:`ValueError` (:class:`FileNotFoundError`) naming the option or the file."""
+    data = cfg.data
+    if data.folds is not None and positive_int("--data.folds", data.folds) < 2:
+        raise ValueError(f"--data.folds must be at least 2 (one fold tested, the others trained on), got {data.folds}")
+    if data.test_fraction is not None:
+        in_range("--data.test-fraction", data.test_fraction, 0, 1, "()")
+    if data.split_seed is not None:
+        nonnegative_int("--data.seed", data.split_seed)
+    splits_rows = table_source(data.dataset) is not None or data.dataset.startswith("folder:")
+    if data.split is not None:
+        nonnegative_int("--split", data.split)
+        folds = DEFAULT_FOLDS if data.folds is None else data.folds
+        if splits_rows and data.split >= folds:
+            raise ValueError(f"--split {data.split} is out of range: --data.folds {folds} makes splits 0 to "
+                             f"{folds - 1}; pass a split in 0..{folds - 1}, or --data.folds {data.split + 1} or more")
+        if data.test_fraction is not None:
+            raise ValueError(f"--split {data.split} and --data.test-fraction {data.test_fraction} choose the test rows "
+                             "two ways (a fold, a random share): pass one")
+    elif data.folds is not None and splits_rows:
+        raise ValueError(f"--data.folds {data.folds} needs --split i, the fold to test on (pyrobnn study --splits "
+                         f"{data.folds} runs them all)")
+    check_dataset(data.dataset, data.data_root, **dataset_options(cfg))
+
+
+def check_run(cfg: RunConfig) -> None:
+    """Validate the options before anything is loaded or written: counts, the prior, likelihood and schedule
+    options, and the data (:func:`check_data`; registered dataset names are checked, a table is read; model names
+    are checked by :func:`~pyrobnn.networks.build_net`, which knows their aliases).
+
+    Raises :class:`ValueError` naming the option.
     """
     for option, value in (("--epochs", cfg.optim.epochs), ("--batch-size", cfg.optim.batch_size),
                           ("--num-particles", cfg.optim.num_particles), ("--num-samples", cfg.output.num_samples)):
@@ -235,6 +274,7 @@ def check_run(cfg: RunConfig) -> None:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
                              f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
+    check_data(cfg)
 
 
 def check_batches(cfg: RunConfig, num_examples: int) -> None:

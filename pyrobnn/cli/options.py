@@ -24,6 +24,7 @@ Python API.
 """
 
 import dataclasses
+import functools
 import inspect
 import math
 import typing
@@ -34,8 +35,10 @@ from typing import Annotated, Any, Literal, Optional
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
 from pyrobnn.cli.methods import METHOD_NAMES
-from pyrobnn.data import DATASETS, TOY_DATASETS, UCI_DATASETS, canonical_name
+from pyrobnn.data import DATASETS, TASKS, TOY_DATASETS, UCI_DATASETS, canonical_name
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
+from pyrobnn.data.splits import DEFAULT_FOLDS, DEFAULT_TEST_FRACTION
+from pyrobnn.data.tables import AUTO_MAX_CLASSES
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.distributions import KL_APPROXIMATIONS, MIXTURE_KLS
 from pyrobnn.guides import GUIDES
@@ -133,7 +136,7 @@ CorruptionTypes = Annotated[tuple[Literal[tuple(CORRUPTIONS)], ...],
                             arg(help_behavior_hint="(default: the 14 CIFAR-10-C types generated in code)")]
 """``--corruption-types`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
 
-DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH,uci:PATH}"
+DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH,uci:PATH,csv:PATH,parquet:PATH,npz:PATH,py:MODULE:FUNCTION}"
 MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
 
 
@@ -180,7 +183,9 @@ class DataOptions:
     """Which examples to train and test on."""
 
     dataset: Annotated[str, arg(metavar=DATASET_METAVAR)] = "mnist"
-    """Dataset; folder:PATH is an ImageFolder tree with train/ and test/ class folders."""
+    ("Dataset; folder:PATH is an ImageFolder tree with train/ and test/ class folders, or class folders alone; "
+     "csv:PATH, parquet:PATH and npz:PATH (or a path ending in .csv, .parquet, .npz) are your own table or arrays, "
+     "py:MODULE:FUNCTION a function returning them (README, 'Your own data').")
     data_root: Annotated[Optional[Path], arg(metavar="PATH",
                                              help_behavior_hint="(default: $PYROBNN_DATA, "
                                                                 "else ~/.cache/pyrobnn/data)")] = None
@@ -194,8 +199,34 @@ class DataOptions:
     augment: bool = False
     ("Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, "
      "randomly cropped (padding 4) and flipped on the device; test images are normalised alike.")
-    split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: 0)")] = None
-    """UCI data sets (uci-NAME, uci:PATH): which of the fixed train/test splits, 0 to n_splits - 1."""
+    split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: none; UCI: 0)")] = None
+    ("Which train/test split: a UCI data set's fixed split, 0 to n_splits - 1; for tables, arrays and "
+     "class folders, fold i of --data.folds is the test set (cross-validation: pyrobnn study --splits K); without "
+     "it they test on --data.test-fraction.")
+    target: Annotated[Optional[str], arg(name="data.target", metavar="COLUMN",
+                                         help_behavior_hint="(default: the last column)")] = None
+    """Tables: the column to predict."""
+    task: Annotated[Literal[TASKS], arg(  # type: ignore[valid-type]
+        name="data.task", help=f"Tables and arrays: auto is classification when the target is text or true/false, or "
+                               f"whole numbers with at most {AUTO_MAX_CLASSES} distinct values, and regression "
+                               "otherwise (inputs and a regression target are standardised on the training rows; "
+                               "metrics in the target's units).")] = "auto"
+    features: Annotated[tuple[str, ...], arg(name="data.features", metavar="COLUMN [COLUMN ...]",
+                                             help_behavior_hint="(default: every column but the target)")] = ()
+    """Tables: the input columns; text columns are one-hot encoded."""
+    categorical: Annotated[tuple[str, ...], arg(name="data.categorical", metavar="COLUMN [COLUMN ...]",
+                                                help_behavior_hint="(default: none)")] = ()
+    """Tables: numeric feature columns to one-hot encode as categories too (codes such as 1, 2, 3 for three kinds)."""
+    folds: Annotated[Optional[int], arg(name="data.folds", metavar="K",
+                                        help_behavior_hint=f"(default: {DEFAULT_FOLDS})")] = None
+    """Tables, arrays, class folders: the K of K-fold splits; --split i tests fold i, trains on the others."""
+    test_fraction: Annotated[Optional[float], arg(name="data.test-fraction", metavar="FLOAT",
+                                                  help_behavior_hint=f"(default: {DEFAULT_TEST_FRACTION})")] = None
+    """Tables, arrays, class folders, without --split: the share of the rows tested on."""
+    split_seed: Annotated[Optional[int], arg(name="data.seed", metavar="INT",
+                                             help_behavior_hint="(default: 0)")] = None
+    ("Tables, arrays, class folders: the seed of the random order of the rows that the folds and the test fraction "
+     "cut (not --seed: every seed and method of a study sees the same splits).")
 
 
 @dataclass
@@ -533,6 +564,14 @@ class ToyDataOptions(DataOptions):
     augment: Suppress[bool] = False  # toy problems are not images
     split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: 0)")] = None
     """UCI data sets (uci-NAME, uci:PATH): which of the fixed train/test splits, 0 to n_splits - 1."""
+    # tables are trained with `pyrobnn train` (the same flags, hidden)
+    target: Suppress[Annotated[Optional[str], arg(name="data.target")]] = None
+    task: Suppress[Annotated[Literal[TASKS], arg(name="data.task")]] = "auto"  # type: ignore[valid-type]
+    features: Suppress[Annotated[tuple[str, ...], arg(name="data.features")]] = ()
+    categorical: Suppress[Annotated[tuple[str, ...], arg(name="data.categorical")]] = ()
+    folds: Suppress[Annotated[Optional[int], arg(name="data.folds")]] = None
+    test_fraction: Suppress[Annotated[Optional[float], arg(name="data.test-fraction")]] = None
+    split_seed: Suppress[Annotated[Optional[int], arg(name="data.seed")]] = None
 
 
 @dataclass
@@ -663,14 +702,30 @@ def flag(group: str, field_name: str, prefixed: bool) -> str:
     return f"--{group}.{name}" if prefixed else f"--{name}"
 
 
+@functools.lru_cache(maxsize=None)
+def _named_flags(cls: type) -> dict[str, str]:
+    """``{field name: flag}`` of the fields of ``cls`` whose flag tyro takes from their ``arg(name=...)`` (the data
+    group's ``--data.target``, ...), other than a group's ``name`` field."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    found = {}
+    for f in dataclasses.fields(cls):
+        names = [getattr(meta, "name", None) for meta in getattr(hints[f.name], "__metadata__", ())]
+        named = [name for name in names if isinstance(name, str)]
+        if named and f.name != "name":
+            found[f.name] = "--" + named[-1]
+    return found
+
+
 def _fields(options, group: str = ""):
     """``(flag, option group, field name)`` triples; groups with a ``name`` field other than the model (a choice
-    with its own options: prior, guide, likelihood, beta) prefix their options' flags with the group."""
+    with its own options: prior, guide, likelihood, beta) prefix their options' flags with the group; a field named
+    by its ``arg(name=...)`` has that flag."""
     names = [f.name for f in dataclasses.fields(options)]
     prefixed = "name" in names and not isinstance(options, ModelOptions)
+    named = _named_flags(type(options))
     for name in names:
         value = getattr(options, name)
         if dataclasses.is_dataclass(value):
             yield from _fields(value, name)
         else:
-            yield flag(group, name, prefixed), options, name
+            yield named.get(name) or flag(group, name, prefixed), options, name

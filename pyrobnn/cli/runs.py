@@ -15,7 +15,7 @@ from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliabi
 from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive
-from pyrobnn.cli.build import beta_schedule, build, build_network, make_optimizer_factory
+from pyrobnn.cli.build import beta_schedule, build, build_network, dataset_options, make_optimizer_factory
 from pyrobnn.cli.options import COMPILE_MODES, RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
@@ -66,8 +66,8 @@ def load_data(cfg, validation: bool = False):
     augment = cfg.data.augment
     data = load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
                         test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=seed_of(cfg),
-                        dtype=torch.uint8 if augment else torch.float32, split=cfg.data.split,
-                        validation=validation)
+                        dtype=torch.uint8 if augment else torch.float32, validation=validation,
+                        **dataset_options(cfg))
     aug = augmentation(cfg, data)
     if aug is None:
         return data

@@ -8,7 +8,11 @@ float32 of shape ``(N, D)``.
 
 :func:`load_dataset` looks a name up in :data:`DATASETS` (one loader per
 name; its keys are the names a CLI can offer) or loads ``"folder:<path>"``, any ImageFolder
-tree with ``train/`` and ``test/``, or ``"uci:<path>"``, any folder in the UCI regression layout.
+tree with ``train/`` and ``test/`` (or of class folders alone, split as a table), ``"uci:<path>"``, any folder in the
+UCI regression layout, or your own table or arrays: ``"csv:<path>"``, ``"parquet:<path>"``, ``"npz:<path>"`` (or a
+bare path with one of these endings) and ``"py:<module>:<function>"`` (:mod:`~pyrobnn.data.tables`).
+:func:`check_dataset` checks a name and its options before a run (a table is read and split; an image folder's
+layout is looked at).
 
 Modules
 -------
@@ -26,7 +30,10 @@ Modules
 * :mod:`~pyrobnn.data.toys` -- synthetic problems: two moons, the cubic
   y = x^3 and the sinusoid.
 * :mod:`~pyrobnn.data.splits` -- :class:`DataSplits`, seeded train/test
-  subsets and the validation split (:func:`make_splits`).
+  subsets and the validation split (:func:`make_splits`), the seeded test fraction or K-fold split of a data set
+  without a test set (:func:`~pyrobnn.data.splits.split_rows`), standardisation on the training rows.
+* :mod:`~pyrobnn.data.tables` -- your own data: CSV, Parquet and ``.npz`` tables and arrays, a Python function's
+  arrays (:class:`Columns`: target, task, features, categorical columns; :func:`save_arrays`).
 
 * :mod:`~pyrobnn.data.augment` -- uint8 image batches to normalised, randomly
   cropped and flipped float batches on the device (:class:`ImageAugment`).
@@ -54,6 +61,7 @@ from pyrobnn.data.images import (
     FASHION_MNIST_CLASSES,
     MNIST_CLASSES,
     decode_image_folder,
+    folder_layout,
     load_cifar10,
     load_fashion_mnist,
     load_folder,
@@ -61,6 +69,7 @@ from pyrobnn.data.images import (
 )
 from pyrobnn.data.sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
 from pyrobnn.data.splits import DataSplits, holdout_splits, make_splits
+from pyrobnn.data.tables import TASKS, Columns, load_table, save_arrays, table_source
 from pyrobnn.data.text import load_imdb
 from pyrobnn.data.toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
 from pyrobnn.data.uci import UCI_FOLDERS, UCIProtocol, load_uci, read_protocol, uci_folder
@@ -68,6 +77,8 @@ from pyrobnn.data.uci import UCI_FOLDERS, UCIProtocol, load_uci, read_protocol, 
 __all__ = [
     "CACHE_ENV",
     "CIFAR10_CLASSES",
+    "Columns",
+    "TASKS",
     "CORRUPTIONS",
     "DATASETS",
     "TOY_DATASETS",
@@ -81,6 +92,7 @@ __all__ = [
     "NORMALIZATION",
     "cache_dir",
     "canonical_name",
+    "check_dataset",
     "corrupt",
     "cubic",
     "data_root",
@@ -88,6 +100,7 @@ __all__ = [
     "load_dataset",
     "make_splits",
     "read_idx",
+    "save_arrays",
     "sinusoid",
     "two_moons",
     "uci_protocol",
@@ -136,47 +149,97 @@ def canonical_name(name: str) -> str:
     return _ALIASES.get(key, key)
 
 
+SPLITS_HINT = "'folder:<path>', 'uci:<path>', 'csv:<path>', 'parquet:<path>', 'npz:<path>' or 'py:<module>:<function>'"
+"""The dataset names besides :data:`DATASETS`, as error messages list them."""
+
+
+def _route(name, split: int | None, folds: int | None, test_fraction: float | None, split_seed: int | None,
+           columns: Columns | None) -> tuple[str, str]:
+    """``(kind, what its loader takes)`` of dataset ``name``: ``("table", name)``, ``("folder", path)``, ``("uci",
+    short name or path)`` or ``("registered", key)``; options the dataset does not take are a ``ValueError``."""
+    if not isinstance(name, str):
+        raise ValueError(f"dataset must be a string, one of {list(DATASETS)}, {SPLITS_HINT}; got {name!r}")
+    splitting = {"folds": folds, "test_fraction": test_fraction, "split_seed": split_seed}
+    if table_source(name) is not None:
+        return "table", name
+    if columns is not None and not columns.is_default():
+        raise ValueError(f"target, task, features and categorical (--data.target, ...) apply to tables, not to "
+                         f"{name!r}")
+    if name.startswith("folder:"):
+        path = name[len("folder:"):]
+        if not path:
+            raise ValueError("dataset 'folder:' needs a path, e.g. 'folder:/data/my-images'")
+        return "folder", path
+    given = [f"{key}={value}" for key, value in splitting.items() if value is not None]
+    uci = _uci_name(name)
+    if given:
+        raise ValueError(f"{', '.join(given)} (--data.folds, --data.test-fraction, --data.seed) split tables, arrays "
+                         f"and folders of class folders, not {name!r}"
+                         + (", whose splits are fixed: choose one with split" if uci is not None else ""))
+    if uci is not None:
+        return "uci", uci
+    if split is not None:
+        raise ValueError(f"split applies to the UCI data sets ({', '.join(UCI_DATASETS)} or 'uci:<path>'), tables "
+                         f"and folders of class folders, not to {name!r}")
+    key = canonical_name(name)
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}: dataset must be one of {list(DATASETS)}, {SPLITS_HINT}")
+    return "registered", key
+
+
 def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size: int | None = None,
                  test_size: int | None = None, val_size: int = 0, seed: int = 0,
                  download: bool = True, dtype: torch.dtype = torch.float32, split: int | None = None,
-                 validation: bool = False) -> DataSplits:
-    """Load a dataset by name (see :data:`DATASETS`, ``"folder:<path>"`` or ``"uci:<path>"``) as in-memory tensors.
+                 validation: bool = False, folds: int | None = None, test_fraction: float | None = None,
+                 split_seed: int | None = None, columns: Columns | None = None) -> DataSplits:
+    """Load a dataset by name (see :data:`DATASETS`, ``"folder:<path>"``, ``"uci:<path>"`` or a table,
+    :mod:`~pyrobnn.data.tables`) as in-memory tensors.
 
     ``train_size`` / ``test_size`` pick a seeded random subset (order kept);
     ``val_size`` examples are then split off the training set. For the
     synthetic datasets ``train_size`` / ``test_size`` set how many points are
     generated (defaults: see :mod:`~pyrobnn.data.toys`). Image sets take ``dtype=torch.uint8``
     (the stored bytes, for :class:`~pyrobnn.data.augment.ImageAugment`); the default is float32 in [0, 1].
-    ``split`` picks one of a UCI data set's fixed train/test splits (default 0; :mod:`~pyrobnn.data.uci`).
+    ``split`` picks one of a UCI data set's fixed train/test splits (default 0; :mod:`~pyrobnn.data.uci`); for a
+    table, arrays or a folder of class folders, fold ``split`` of ``folds`` (default 5) is the test set, and without
+    ``split`` a ``test_fraction`` (default 0.2) is, both drawn with ``split_seed`` (default 0;
+    :func:`~pyrobnn.data.splits.split_rows`). ``columns`` says what a table's columns are
+    (:class:`~pyrobnn.data.tables.Columns`: target, task, features, categorical).
     ``validation=True`` returns the training set's 80/20 split as train and test, for choosing hyper-parameters
-    (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is then not read).
+    (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is then not read; a table is standardised on
+    the 80 %).
     """
-    if not isinstance(name, str):
-        raise ValueError(f"dataset must be a string, one of {list(DATASETS)}, 'folder:<path>' or 'uci:<path>'; "
-                         f"got {name!r}")
+    kind, what = _route(name, split, folds, test_fraction, split_seed, columns)
     sizes = dict(train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
-    key = canonical_name(name)
-    uci = _uci_name(name)
-    if split is not None and uci is None:
-        raise ValueError(f"split applies to the UCI data sets ({', '.join(UCI_DATASETS)} or 'uci:<path>'), "
-                         f"not to {name!r}")
-    if dtype != torch.float32 and (uci is not None or key in _NOT_IMAGES):
-        raise ValueError(f"dtype applies to image datasets, not to {key!r}")
-    if uci is not None:
-        return load_uci(uci, root, download, split=0 if split is None else split, validation=validation, **sizes)
+    if dtype != torch.float32 and (kind in ("uci", "table") or what in _NOT_IMAGES):
+        raise ValueError(f"dtype applies to image datasets, not to {what!r}")
+    splitting = dict(split=split, folds=folds, test_fraction=test_fraction, split_seed=split_seed)
+    if kind == "uci":
+        return load_uci(what, root, download, split=0 if split is None else split, validation=validation, **sizes)
+    if kind == "table":
+        return load_table(what, columns=columns, validation=validation, **splitting, **sizes)
     if dtype != torch.float32:
         sizes["dtype"] = dtype
-    if name.startswith("folder:"):
-        path = name[len("folder:"):]
-        if not path:
-            raise ValueError("dataset 'folder:' needs a path, e.g. 'folder:/data/my-images'")
-        data = load_folder(path, **sizes)
-    elif key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}: dataset must be one of "
-                         f"{list(DATASETS)}, 'folder:<path>' or 'uci:<path>'")
+    if kind == "folder":
+        data = load_folder(what, **splitting, **sizes)
     else:
-        data = DATASETS[key](root, download, **sizes)
+        data = DATASETS[what](root, download, **sizes)
     return holdout_splits(data) if validation else data
+
+
+def check_dataset(name: str, root: str | os.PathLike | None = None, *, split: int | None = None,
+                  folds: int | None = None, test_fraction: float | None = None, split_seed: int | None = None,
+                  columns: Columns | None = None) -> None:
+    """Check, before a run, what :func:`load_dataset` would refuse: the name and the options it takes; a table is
+    read (once per process, :mod:`~pyrobnn.data.tables`) and split, so a bad cell, column or split is found here;
+    an image folder's layout is looked at (its images are not decoded); a registered or UCI data set is not read.
+    Raises the ``ValueError`` (``FileNotFoundError``) that loading would."""
+    kind, what = _route(name, split, folds, test_fraction, split_seed, columns)
+    if kind == "table":
+        load_table(what, columns=columns, split=split, folds=folds, test_fraction=test_fraction,
+                   split_seed=split_seed)
+    elif kind == "folder":
+        folder_layout(what, split=split, folds=folds, test_fraction=test_fraction, split_seed=split_seed)
 
 
 def _uci_name(name: str) -> str | None:

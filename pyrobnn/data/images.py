@@ -26,7 +26,7 @@ import torch
 
 from pyrobnn.data import sources
 from pyrobnn.data.formats import extract_archive, read_idx
-from pyrobnn.data.splits import DataSplits, make_splits
+from pyrobnn.data.splits import DataSplits, check_training_classes, make_splits, split_rows
 from pyrobnn.files import atomic_write
 
 MNIST_CLASSES = tuple(str(i) for i in range(10))
@@ -200,26 +200,56 @@ def _layout_root(path: Path) -> Path | None:
     return None
 
 
-def load_folder(path: str | os.PathLike, **split) -> DataSplits:
-    """Any ImageFolder tree ``path/train/<class>/<image>``, ``path/test/<class>/<image>``
-    (or one sub-directory holding them); the dataset is named ``folder:<path>``
-    (``split`` as for :func:`load_mnist`, ``dtype`` included)."""
-    name = f"folder:{path}"
-    _image_converter(split.get("dtype", torch.float32))
+def folder_layout(path: str | os.PathLike, *, split: int | None = None, folds: int | None = None,
+                  test_fraction: float | None = None, split_seed: int | None = None) -> Path | None:
+    """Where the ``train/`` and ``test/`` trees of the image folder ``path`` are (``path`` or its one
+    sub-directory), or None for a tree of class folders alone, which takes the split arguments; anything else, or
+    split arguments for a folder with its own split, is an error naming the folder. Decodes nothing."""
     path = Path(path).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"folder dataset {path} does not exist (expected an ImageFolder "
-                                f"tree {path}/train/<class>/<image> and {path}/test/<class>/<image>)")
+        raise FileNotFoundError(f"folder dataset {path} does not exist (expected an ImageFolder tree "
+                                f"{path}/train/<class>/<image> and {path}/test/<class>/<image>, or class folders "
+                                f"{path}/<class>/<image>)")
     top = _layout_root(path)
-    if top is None:
-        raise ValueError(f"folder dataset {path} must contain train/ and test/ sub-directories, "
-                         f"laid out as train/<class>/<image> and test/<class>/<image> "
-                         f"(found: {sorted(p.name for p in path.iterdir())})")
-    x_tr, y_tr, classes = decode_image_folder(top / "train")
-    mode = "L" if x_tr.shape[1] == 1 else "RGB"
-    size = (x_tr.shape[3], x_tr.shape[2])
-    x_te, y_te, _ = decode_image_folder(top / "test", classes, size=size, mode=mode)
-    return _classification_splits(name, x_tr, y_tr, x_te, y_te, classes, **split)
+    if top is not None:
+        given = [f"{key}={value}" for key, value in (("split", split), ("folds", folds),
+                                                      ("test_fraction", test_fraction), ("split_seed", split_seed))
+                 if value is not None]
+        if given:
+            raise ValueError(f"folder dataset {path} has its own train/ and test/ split, so {', '.join(given)} "
+                             "(--split, --data.folds, --data.test-fraction, --data.seed) do not apply; to split its "
+                             "images yourself, put them all in class folders <class>/<image>")
+        return top
+    found = sorted(p.name for p in path.iterdir())
+    if "train" in found or "test" in found or not any((path / name).is_dir() for name in found):
+        raise ValueError(f"folder dataset {path} must contain train/ and test/ sub-directories laid out as "
+                         f"train/<class>/<image> and test/<class>/<image>, or class folders <class>/<image> "
+                         f"(found: {found})")
+    return None
+
+
+def load_folder(path: str | os.PathLike, *, split: int | None = None, folds: int | None = None,
+                test_fraction: float | None = None, split_seed: int | None = None, **sizes) -> DataSplits:
+    """Any ImageFolder tree ``path/train/<class>/<image>``, ``path/test/<class>/<image>`` (or one sub-directory
+    holding them), or a tree of class folders alone, ``path/<class>/<image>``, whose images are split into training
+    and test rows as a table's (:func:`~pyrobnn.data.splits.split_rows`: ``split`` of ``folds``, else
+    ``test_fraction``, drawn with ``split_seed``; :func:`folder_layout`); the dataset is named ``folder:<path>``
+    (``sizes`` as for :func:`load_mnist`, ``dtype`` included)."""
+    name = f"folder:{path}"
+    _image_converter(sizes.get("dtype", torch.float32))
+    top = folder_layout(path, split=split, folds=folds, test_fraction=test_fraction, split_seed=split_seed)
+    if top is not None:
+        x_tr, y_tr, classes = decode_image_folder(top / "train")
+        mode = "L" if x_tr.shape[1] == 1 else "RGB"
+        size = (x_tr.shape[3], x_tr.shape[2])
+        x_te, y_te, _ = decode_image_folder(top / "test", classes, size=size, mode=mode)
+        return _classification_splits(name, x_tr, y_tr, x_te, y_te, classes, **sizes)
+    path = Path(path).expanduser()
+    x, y, classes = decode_image_folder(path)
+    train, test = split_rows(len(y), split=split, folds=folds, test_fraction=test_fraction, seed=split_seed)
+    check_training_classes(y, train, classes, f"folder dataset {path}", "its class folders", split=split, folds=folds,
+                           test_fraction=test_fraction, seed=split_seed)
+    return _classification_splits(name, x[train], y[train], x[test], y[test], classes, **sizes)
 
 
 # --------------------------------------------------------------------------- CIFAR-10

@@ -1,4 +1,6 @@
-"""Train / validation / test splits: the :class:`DataSplits` container, seeded subsets, the validation split."""
+"""Train / validation / test splits: the :class:`DataSplits` container, seeded subsets, the validation split, the
+seeded test fraction or K-fold split of data sets without a test set of their own (:func:`split_rows`), and the
+standardisation on the training rows (:func:`standardized`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class DataSplits:
     classes: tuple[str, ...] | None = None  # class names in label order, if known
     y_mean: torch.Tensor | None = None  # standardised targets: original = y_mean + y_std * y (the training set's)
     y_std: torch.Tensor | None = None
+    features: tuple[str, ...] | None = None  # the input columns' names (tables; one-hot columns as "column=value")
 
 
 def check_size(arg: str, value: int | None, low: int, high: int | None) -> None:
@@ -106,3 +109,91 @@ def make_splits(x_train, y_train, x_test, y_test, *, name: str, task: str, num_o
     return DataSplits(x_train, y_train, x_val, y_val, x_test, y_test,
                       input_shape=tuple(x_train.shape[1:]), num_outputs=num_outputs,
                       task=task, name=name, classes=classes)
+
+
+DEFAULT_FOLDS = 5
+"""K of the K-fold split when a split is asked for without ``folds`` (:func:`split_rows`)."""
+
+DEFAULT_TEST_FRACTION = 0.2
+"""The share of the rows tested on when no split is asked for (:func:`split_rows`)."""
+
+
+def split_rows(num_examples: int, *, split: int | None = None, folds: int | None = None,
+               test_fraction: float | None = None, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(training rows, test rows)`` of a data set of ``num_examples`` rows that has no test set of its own.
+
+    The rows are put in a random order drawn from ``seed`` (default 0, independent of a run's seed: every method
+    and every seed of a study see the same split). With ``split = i`` that order is cut into ``folds`` (default
+    :data:`DEFAULT_FOLDS`) near-equal parts and part ``i`` is the test set (K-fold cross-validation: the splits
+    0..K-1 test every row once); without it the last ``round(test_fraction * N)`` rows (default
+    :data:`DEFAULT_TEST_FRACTION`) are. The training rows keep the drawn order (so :func:`holdout`'s last 20 % are a
+    random fifth). A ``ValueError`` names the argument that is out of range.
+    """
+    seed = 0 if seed is None else seed
+    check_size("split seed", seed, 0, None)
+    order = np.random.default_rng(seed).permutation(num_examples)
+    if split is None:
+        if folds is not None:
+            raise ValueError(f"folds={folds} needs a split: which of the {folds} folds to test on (--split i)")
+        fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            raise ValueError(f"test_fraction must be a number in (0, 1), got {fraction!r}")
+        if num_examples < 2:
+            raise ValueError(f"{num_examples} example(s) cannot be split into training and test rows")
+        tested = min(max(round(fraction * num_examples), 1), num_examples - 1)
+        return order[:num_examples - tested], order[num_examples - tested:]
+    if test_fraction is not None:
+        raise ValueError(f"test_fraction={test_fraction} and split={split} are two ways to choose the test rows: "
+                         "give one (a split tests fold i of the folds, a fraction tests a random share)")
+    folds = DEFAULT_FOLDS if folds is None else folds
+    check_size("folds", folds, 2, max(2, num_examples))
+    check_size(f"split (one of the {folds} folds)", split, 0, folds - 1)
+    parts = np.array_split(order, folds)
+    return np.concatenate(parts[:split] + parts[split + 1:]), parts[split]
+
+
+def check_training_classes(labels: np.ndarray, train: np.ndarray, classes: tuple[str, ...], source: str,
+                           what: str, *, split: int | None = None, folds: int | None = None,
+                           test_fraction: float | None = None, seed: int | None = None) -> None:
+    """A ``ValueError`` naming the first class (of ``what``, e.g. ``"the target column 'y'"``) that has no row among
+    the ``train`` rows of the split :func:`split_rows` drew with these arguments, and the fix: a class never seen in
+    training cannot be learned, and its test rows would be scored against it."""
+    counts = np.bincount(labels[train], minlength=len(classes))
+    absent = np.flatnonzero(counts == 0)
+    if not absent.size:
+        return
+    label = int(absent[0])
+    if split is not None:
+        which = f"split {split} (fold {split} of --data.folds {folds or DEFAULT_FOLDS} is its test set)"
+    else:
+        which = (f"the --data.test-fraction {test_fraction or DEFAULT_TEST_FRACTION} split drawn with --data.seed "
+                 f"{seed or 0}")
+    count = int(np.sum(labels == label))
+    raise ValueError(f"{source}: class {classes[label]!r} of {what} has no row among the training rows of {which}; "
+                     f"all {count} of its rows are test rows: give the class more rows, drop or merge them, or "
+                     "choose another --data.seed (another random order of the rows)")
+
+
+def standardize(reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The column means and population standard deviations of ``reference`` (a column of zero deviation gets
+    ``std = 1``, as in Gal's ``net.py``): standardised values are ``(x - mean) / std``."""
+    std = reference.std(0, unbiased=False)
+    return reference.mean(0), torch.where(std > 0, std, torch.ones_like(std))
+
+
+def _scaled(value: torch.Tensor | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor | None:
+    return None if value is None else ((value - mean) / std).float()
+
+
+def standardized(data: DataSplits, inputs: bool = True, target: bool = True) -> DataSplits:
+    """``data`` with its inputs (``inputs``) and its targets (``target``) standardised by :func:`standardize` with
+    the statistics of its training rows alone, as float32; the target's statistics are kept as ``y_mean`` and
+    ``y_std`` so that metrics are reported in its original units (original = ``y_mean + y_std * y``)."""
+    axes = ("x",) * inputs + ("y",) * target
+    statistics = {axis: standardize(getattr(data, f"{axis}_train").double()) for axis in axes}
+    scaled = {f"{axis}_{part}": _scaled(getattr(data, f"{axis}_{part}"), *statistics[axis])
+              for axis in axes for part in ("train", "val", "test")}
+    if not target:
+        return dataclasses.replace(data, **scaled)
+    y_mean, y_std = statistics["y"]
+    return dataclasses.replace(data, **scaled, y_mean=y_mean.float(), y_std=y_std.float())

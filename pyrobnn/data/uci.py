@@ -27,7 +27,6 @@ set, standardised with the statistics of the 80 %; the test split's index file i
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import urllib.request
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 
 from pyrobnn.data import sources
-from pyrobnn.data.splits import DataSplits, holdout, make_splits
+from pyrobnn.data.splits import DataSplits, holdout, make_splits, standardize, standardized
 from pyrobnn.files import atomic_write
 
 __all__ = ["UCI_FOLDERS", "UCI_COMMIT", "UCI_URL", "UCIProtocol", "uci_folder", "read_protocol", "load_uci",
@@ -183,17 +182,6 @@ def _rows(folder: Path, part: str, split: int, n: int) -> np.ndarray:
     return rows
 
 
-def standardize(reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The column means and population standard deviations of ``reference`` (a column of zero deviation gets
-    ``std = 1``, as in Gal's ``net.py``): standardised values are ``(x - mean) / std``."""
-    std = reference.std(0, unbiased=False)
-    return reference.mean(0), torch.where(std > 0, std, torch.ones_like(std))
-
-
-def _scaled(value: torch.Tensor | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor | None:
-    return None if value is None else ((value - mean) / std).float()
-
-
 def load_uci(name: str | os.PathLike, root: str | os.PathLike | None = None, download: bool = True, *,
              split: int = 0, validation: bool = False, train_size: int | None = None, test_size: int | None = None,
              val_size: int = 0, seed: int = 0) -> DataSplits:
@@ -228,8 +216,4 @@ def load_uci(name: str | os.PathLike, root: str | os.PathLike | None = None, dow
     label = f"uci-{short}" if short in UCI_FOLDERS else f"uci:{name}"
     data = make_splits(x_tr, y_tr, x_te, y_te, name=label, task="regression", num_outputs=y.shape[1],
                        train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
-    statistics = {axis: standardize(getattr(data, f"{axis}_train")) for axis in ("x", "y")}
-    scaled = {f"{axis}_{part}": _scaled(getattr(data, f"{axis}_{part}"), *statistics[axis])
-              for axis in ("x", "y") for part in ("train", "val", "test")}
-    y_mean, y_std = statistics["y"]
-    return dataclasses.replace(data, **scaled, y_mean=y_mean.float(), y_std=y_std.float())
+    return standardized(data)

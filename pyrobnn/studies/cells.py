@@ -35,8 +35,8 @@ from pyrobnn.cli.build import check_mcmc, check_run
 from pyrobnn.cli.methods import expand_method, resolve_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 
-__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "STUDY_SETS", "LIST_OPTIONS", "make_cell", "parse_cell",
-           "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
+__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "STUDY_SETS", "LIST_OPTIONS", "make_cell",
+           "parse_cell", "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
 
 CONFIGS = {"train": RunConfig, "mcmc": MCMCConfig}
 """The commands a cell runs -> the configuration each parses."""
@@ -51,6 +51,12 @@ NOT_IN_KEY = ("--out", "--progress", "--device", "--data-root", "--overwrite", "
 written and shown, where it runs and reads data, and the memory of a prediction pass (the same numbers in smaller
 passes). Unlike :data:`pyrobnn.cli.options.RESUMABLE`, ``--epochs``, ``--num-samples`` and the extra test sets
 count: they change the results."""
+
+KEYED_WHEN_SET = ("--data.target", "--data.task", "--data.features", "--data.categorical", "--data.folds",
+                  "--data.test-fraction", "--data.seed")
+"""Options added after studies had cached cells: at their default they change nothing that a cell trains or
+measures, so they enter its key only when set, and the cells cached before they existed keep their keys (an option
+added later joins this list)."""
 
 STUDY_SETS = ("--out", "--progress", "--overwrite", "--resume")
 """Options the study sets for every cell (its directory, no progress bars, replace a half-written run)."""
@@ -168,10 +174,17 @@ def check_axis(name: str) -> None:
         raise ValueError(f"--vary {name}: pyrobnn train has no option {flag}{hint}")
 
 
+@functools.lru_cache(maxsize=None)
+def _defaults(command: str) -> dict[str, object]:
+    return CONFIGS[command]().flags()
+
+
 def cache_key(command: str, config) -> str:
-    """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, as
-    canonical JSON (sorted keys)."""
-    options = {flag: value for flag, value in config.flags().items() if flag not in NOT_IN_KEY}
+    """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY` and
+    those of :data:`KEYED_WHEN_SET` at their default, as canonical JSON (sorted keys)."""
+    defaults = _defaults(command)
+    options = {flag: value for flag, value in config.flags().items()
+               if flag not in NOT_IN_KEY and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

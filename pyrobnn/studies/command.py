@@ -42,7 +42,8 @@ class StudyOptions:
     seeds: Annotated[Optional[int], arg(metavar="N", help_behavior_hint="(default: the base's --seed)")] = None
     """Run every combination with --seed 0 .. N-1."""
     splits: Annotated[Optional[int], arg(metavar="N", help_behavior_hint="(default: none)")] = None
-    """Run every combination on --split 0 .. N-1 (datasets with fixed splits)."""
+    ("Run every combination on --split 0 .. N-1: a UCI data set's fixed splits, or the N folds of a table, arrays or "
+     "class folders (cross-validation; --data.folds N beside it when N is not 5).")
     file: Annotated[Optional[Path], arg(metavar="TOML")] = None
     """A study file: [study] name, base, seeds, splits, baseline, out; [vary] option = [values]; [published],
     [configurations.NAME]."""
@@ -50,7 +51,8 @@ class StudyOptions:
         "(default: the file's default_configuration, else cpu)"))] = None
     """With --file: the file's [configurations.NAME] to run (e.g. cpu, gpu), its base arguments added to the
     study's."""
-    baseline: Annotated[Optional[str], arg(metavar="LABEL", help_behavior_hint="(default: the first label)")] = None
+    baseline: Annotated[Optional[str], arg(metavar="LABEL", help_behavior_hint=(
+        "(default: the first label, within each value of a data axis such as dataset)"))] = None
     """The label the others are compared with, paired over seeds or splits; or NAME=VALUE of some axes (e.g.
     method=mcdropout): each label against the one with these values and its own on the other axes."""
     out: Annotated[Optional[Path], arg(metavar="DIR", help_behavior_hint="(default: runs/<name>)")] = None

@@ -8,6 +8,15 @@ or the fixed splits of a dataset), written in Python, as a TOML file, or on the 
                   vary={"guide": ["normal", "dropout"], "estimator": ["sample", "local"]}, seeds=3)
     records = study.run("runs/ablation", workers=2)
 
+Arrays or a DataFrame held in Python are a study's data set (``data=``: ``(x, y)``, ``{column: values}`` or a
+DataFrame, as :func:`pyrobnn.data.tables.as_data` takes them): the study writes them once, named by their content,
+to ``<out>/data/<hash>.npz``, and every cell reads that file (``--dataset npz:...``), in worker processes and on Dask
+workers alike (which cannot see this process's memory)::
+
+    study = Study(base=["--epochs", "100", "--hidden", "50"], data=(x, y), splits=5,
+                  vary={"method": ["mcdropout", "bbb"]})
+    study.run("runs/mine", workers=2)
+
 The same study as a file (``pyrobnn study --file ablation.toml``)::
 
     [study]
@@ -65,6 +74,8 @@ from typing import Mapping, Optional, Sequence, Union
 
 from pyrobnn.checks import positive_int
 from pyrobnn.cli.methods import resolve_method
+from pyrobnn.data.tables import fingerprint, save_arrays
+from pyrobnn.files import check_writable
 from pyrobnn.studies.baseline import resolve_baseline
 from pyrobnn.studies.cells import LIST_OPTIONS, Cell, axis_arguments, check_axis, make_cell, split_options
 from pyrobnn.studies.published import check_published, known_keys, label_keys, unmatched_keys
@@ -75,7 +86,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Study", "parse_axis", "load_study"]
+__all__ = ["Study", "parse_axis", "load_study", "DATA_AXES"]
 
 STUDY_KEYS = ("name", "base", "seeds", "splits", "baseline", "out", "default_configuration")
 """The keys of a study file's ``[study]`` table."""
@@ -99,6 +110,11 @@ DEFAULT_CONFIGURATION = "cpu"
 
 _REPLICATES = {"seeds": "seed", "splits": "split"}
 """A study's replicate counts -> the option each sets in its cells."""
+
+DATA_AXES = ("dataset", "data-root", "data.target", "data.task", "test-size", "data.test-fraction", "data.folds",
+             "data.seed")
+"""Axes that change which examples a cell is tested on: a difference between two of their values compares two
+problems, not two methods, so the default baseline is matched within them (:meth:`Study.resolved_baseline`)."""
 
 
 def _text(value, where: str) -> str:
@@ -140,9 +156,11 @@ class Study:
         ``method`` names presets of :data:`pyrobnn.cli.methods.METHODS`.
     :param seeds: run each combination with ``--seed 0`` .. ``--seed seeds-1`` (None: the base's seed).
     :param splits: run each combination on ``--split 0`` .. ``--split splits-1`` (datasets with fixed splits).
-    :param baseline: the label the others are compared with (default: the first), or ``name=value`` pairs of
-        some axes (``"method=mcdropout"``): each label is then compared with the label of the same other axes'
-        values (:mod:`pyrobnn.studies.baseline`).
+    :param baseline: the label the others are compared with, or ``name=value`` pairs of some axes
+        (``"method=mcdropout"``): each label is then compared with the label of the same other axes' values
+        (:mod:`pyrobnn.studies.baseline`). Default: the first label, matched within the data axes
+        (:data:`DATA_AXES`): with ``dataset`` and ``method`` axes, each data set's methods against that data set's
+        first method.
     :param name: the study's name: the label of a study without axes, and its default folder ``runs/<name>``.
     :param out: the study's folder (default ``runs/<name>``).
     :param published: a paper's figures, ``{"source": "paper, table", label or axis value: {metric: value}}``
@@ -152,6 +170,10 @@ class Study:
     :param settings: ``{label key (as in published): [train arguments]}``, the arguments of the cells of that label
         (every key that names a cell's label, shortest first), before the base (:func:`~pyrobnn.studies.cells.
         make_cell`); a key that names no label is a :class:`ValueError`.
+    :param data: in-memory data for every cell instead of ``--dataset``: ``(x, y)``, ``{"x": x, "y": y}``,
+        ``{column: values}`` or a DataFrame (:func:`~pyrobnn.data.tables.as_data`; ``--data.target`` and the other
+        data options apply as to a file). Checked when the study is made; written once to
+        :meth:`data_file` when its cells are made.
     """
 
     base: Union[str, Sequence] = ()
@@ -164,6 +186,7 @@ class Study:
     published: Mapping = field(default_factory=dict)
     configuration: Optional[str] = None
     settings: Mapping[str, Sequence] = field(default_factory=dict)
+    data: object = field(default=None, repr=False)
 
     def __post_init__(self):
         base = shlex.split(self.base) if isinstance(self.base, str) else self.base
@@ -192,6 +215,10 @@ class Study:
             raise _unmatched(unknown[0], self.labels(), table="settings")
         if self.configuration is not None and not isinstance(self.configuration, str):
             raise ValueError(f"configuration must be a name (a string), got {self.configuration!r}")
+        self._data_hash = None if self.data is None else fingerprint(self.data)  # checks the data
+        if self.data is not None and ("--dataset" in {flag for flag, _ in split_options(self.base)}
+                                      or "dataset" in self.vary):
+            raise ValueError("data= and --dataset both name the study's data set: give one")
 
     @staticmethod
     def _axis(name: str, values) -> tuple[str, ...]:
@@ -292,18 +319,41 @@ class Study:
                   if getattr(self, count) is not None]
         return [dict(pairs) for pairs in itertools.product(*ranges)]
 
+    def folder(self) -> Path:
+        """The study's folder: :attr:`out`, else ``runs/<name>``."""
+        return self.out if self.out is not None else Path("runs") / self.name
+
+    def data_file(self) -> Optional[Path]:
+        """Where the cells read :attr:`data` (None without it): ``<folder>/data/<hash of its content>.npz``, so that
+        changed data is a new file, a new ``--dataset`` and new cells."""
+        return None if self.data is None else self.folder() / "data" / f"{self._data_hash}.npz"
+
     def cells(self) -> list[Cell]:
-        """Every cell, each parsed and checked as its command would; a :class:`ValueError` names the first that
-        fails."""
-        return [make_cell(self.base, axes, replicate, self._label(axes), self.settings_of(axes))
+        """Every cell, each parsed and checked as its command would (its data set read and split); a
+        :class:`ValueError` names the first that fails. In-memory :attr:`data` is first written to
+        :meth:`data_file`, where the checks and the cells read it, unless it is there."""
+        base = self.base
+        if self.data is not None:
+            path = self.data_file()
+            if not path.is_file():
+                check_writable(self.folder(), "--out", directory=True)
+                save_arrays(path, self.data)
+            base = (*base, "--dataset", f"npz:{path}")
+        return [make_cell(base, axes, replicate, self._label(axes), self.settings_of(axes))
                 for axes in self._combinations() for replicate in self._replicates()]
 
     def resolved_baseline(self) -> str:
         """:attr:`baseline` as given (a label, or ``name=value`` pairs of some axes, matched within the others:
-        :func:`~pyrobnn.studies.baseline.resolve_baseline`), or the first label; a :class:`ValueError` if it
-        matches no label of the study."""
+        :func:`~pyrobnn.studies.baseline.resolve_baseline`), or the default: the first label's values of the axes
+        that are not :data:`DATA_AXES`, matched within those (the first label itself where the study varies no data
+        axis, or only data axes); a :class:`ValueError` if it matches no label of the study."""
         labels = {self._label(axes): axes for axes in self._combinations()}
-        baseline = next(iter(labels)) if self.baseline is None else self.baseline
+        baseline = self.baseline
+        if baseline is None:
+            first = next(iter(labels.values()))
+            compared = {name: value for name, value in first.items() if name not in DATA_AXES}
+            matched = 0 < len(compared) < len(first)
+            baseline = " ".join(f"{k}={v}" for k, v in compared.items()) if matched else next(iter(labels))
         resolve_baseline(baseline, labels)
         return baseline
 
@@ -311,13 +361,15 @@ class Study:
         """Run the cells not cached in ``out`` (default: :attr:`out`, else ``runs/<name>``) and report them; returns
         one record per cell. ``options``: ``workers``, ``executor``, ``address``, ``force``, ``progress``,
         ``console`` of :func:`~pyrobnn.studies.runner.run_study`."""
-        return run_study(self, None if out is None else Path(out), **options)
+        study = self if out is None else self.replace(out=Path(out))
+        return run_study(study, study.folder(), **options)
 
     def to_dict(self) -> dict:
         """The study as plain data (what ``study.json`` holds)."""
         return {"name": self.name, "base": list(self.base), "vary": {k: list(v) for k, v in self.vary.items()},
                 "seeds": self.seeds, "splits": self.splits, "baseline": self.baseline, "published": self.published,
-                "configuration": self.configuration, "settings": {k: list(v) for k, v in self.settings.items()}}
+                "configuration": self.configuration, "settings": {k: list(v) for k, v in self.settings.items()},
+                "data": None if self.data is None else f"npz:{self.data_file()}"}
 
     @classmethod
     def from_file(cls, path: Union[str, Path], configuration: Optional[str] = None) -> "Study":
