@@ -102,7 +102,7 @@ def main(argv=None):
     result = {"model": args.model, "epochs": args.epochs, "device": device.type,
               "accuracy": (probs.argmax(-1) == y_test).float().mean().item(),
               "nll": F.cross_entropy(logits, y_test).item(), "ece": ece(probs.cpu(), y_test.cpu()),
-              "last_batch_loss": losses, "s_per_epoch": sum(seconds) / len(seconds)}
+              "last_batch_loss": losses, "s_per_epoch": sum(seconds) / len(seconds), "s_last_epoch": seconds[-1]}
     print(json.dumps(result))
     return result
 

@@ -23,7 +23,7 @@ acceptance and maximum tree depth, with step size and a diagonal mass matrix ada
 - ``flat``: ``sample_posterior(sampler="pyro")``: Pyro's NUTS on pyrobnn's flat potential, ``--chains`` chains;
 - ``batched``: ``sample_posterior(sampler="batched")`` at every chain count of ``--batched-chains`` (1, 4, 16, 64):
   all chains in lockstep, one batched pass of the network per leapfrog step, the step compiled as
-  ``--compiler`` says (``auto``, the default: TorchScript, then inductor when the run is long enough);
+  ``--compile`` says (``auto``, the default: the recorded leaf, then inductor when the run is long enough);
 - ``numpyro``: NumPyro's NUTS on the same network written in JAX (float32), ``--chains`` chains with every chain
   method that can run them here (``sequential``, ``vectorized``, and ``parallel`` on the ``--threads`` XLA host
   devices when the chains fit), the best reported as ``numpyro``, each also as ``numpyro_<method>``; and, at every
@@ -140,7 +140,7 @@ def run_stock(model, x, y, starts, args) -> torch.Tensor:
 def run_sample_posterior(model, x, y, args, sampler, chains, points):
     result = sample_posterior(model, x, y, num_samples=args.samples, warmup=args.warmup, num_chains=chains,
                               seed=args.seed, init_jitter=args.init_jitter, target_accept=args.target_accept,
-                              max_tree_depth=args.max_tree_depth, sampler=sampler, compiler=args.compiler,
+                              max_tree_depth=args.max_tree_depth, sampler=sampler, compile=args.compile,
                               prediction_x=points)
     flat = torch.cat([value.reshape(chains, args.samples, -1) for value in result.draws.values()], -1)
     return flat, result.diagnostics
@@ -267,7 +267,7 @@ def measure(args) -> dict:
                 seconds = time.perf_counter() - tick
                 result[f"batched_{chains}"] = figures(
                     f"batched C={chains}", draws, seconds, batched, points, diagnostics["leapfrog_steps"],
-                    {"leaves": diagnostics["leaves"], "compiler": diagnostics["compiler"],
+                    {"leaves": diagnostics["leaves"], "compile": diagnostics["compile"],
                      "us_per_leaf": round(seconds / diagnostics["leaves"] * 1e6, 1),
                      "prediction_r_hat_max": round(diagnostics["prediction_r_hat_max"], 4),
                      "divergences": diagnostics["divergences"]})
@@ -329,7 +329,7 @@ def measure(args) -> dict:
         "weights": flat.size, "train_size": len(x), "warmup": args.warmup, "samples": args.samples,
         "chains": args.chains, "stock_chains": args.stock_chains, "batched_chains": list(args.batched_chains),
         "numpyro_chains": list(args.numpyro_chains),
-        "compiler": args.compiler,
+        "compile": args.compile,
         "max_tree_depth": args.max_tree_depth, "target_accept": args.target_accept, "points": args.points,
         "threads": args.threads, "seed": args.seed, "versions": _versions()}
     return result
@@ -400,7 +400,7 @@ def main():
     parser.add_argument("--batched-chains", type=_ints, default=(1, 4, 16, 64), help="chain counts of batched")
     parser.add_argument("--numpyro-chains", type=_ints, default=None,
                         help="chain counts of NumPyro besides --chains (vectorized); default: --batched-chains")
-    parser.add_argument("--compiler", default="auto", choices=("auto", "inductor", "script", "eager"),
+    parser.add_argument("--compile", default="auto", choices=("auto", "none", "trace", "inductor"),
                         help="how the batched sampler runs a leapfrog step")
     parser.add_argument("--max-tree-depth", type=int, default=10)
     parser.add_argument("--target-accept", type=float, default=0.8)

@@ -193,7 +193,7 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
     steps: dict[str, Callable[[], object] | None] = {}
     for method in methods:
         if method == "det" or method in ESTIMATOR_OF:
-            steps[method] = training_step(net, x, y, ESTIMATOR_OF.get(method, "det"), name=method)
+            steps[method] = training_step(net, x, y, ESTIMATOR_OF.get(method, "det"), name=method, compile="none")
         elif method in BAYESIAN_TORCH:
             steps[method] = bayesian_torch_step(net, BAYESIAN_TORCH[method], x, y)
         elif method == "torch_bbb":
@@ -207,10 +207,11 @@ def training_steps(name: str, x: torch.Tensor, y: torch.Tensor,
 
 
 def compiled_step(name: str, x: torch.Tensor, y: torch.Tensor, estimator: str = "sample",
-                  compile: bool | str = True) -> Callable[[], object]:
-    """pyrobnn's step of ``estimator`` on network ``name`` (as :func:`training_steps`'), with ``compile`` (True:
-    ``torch.compile``; ``"trace"``: :data:`pyrobnn.infer.svi.TRACE`); ``estimator="det"``: the plain PyTorch step
-    with the network under ``torch.compile`` (its forward and backward compiled), the baseline of compiled steps."""
+                  compile: str = "inductor") -> Callable[[], object]:
+    """pyrobnn's step of ``estimator`` on network ``name`` (as :func:`training_steps`'), run by the executor
+    ``compile`` (:data:`pyrobnn.infer.recording.COMPILE_MODES`: ``"auto"``, the default of ``svi_step``, ``"trace"``,
+    ``"inductor"``); ``estimator="det"``: the plain PyTorch step with the network under ``torch.compile`` (its
+    forward and backward compiled), the baseline of compiled steps."""
     torch.manual_seed(0)
     return training_step(NETWORKS[name][0](), x, y, estimator, num_data=NUM_DATA,
                          name=f"{estimator}_compiled_{compile}", compile=compile)

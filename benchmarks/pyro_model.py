@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from pyrobnn import BayesianNetwork, Gaussian, GaussianPrior, NormalGuide, fit
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.networks import PyroBNN
 
 ROWS, BATCH = 2048, 64
@@ -54,11 +55,12 @@ def main(argv=None) -> dict:
     ms = {name: [] for name in runs}
     tick = time.perf_counter()
     for name, (model, guide, target) in runs.items():  # warm-up: traces the model, makes the guide's parameters
-        fit(model, guide, x, target, epochs=1, batch_size=BATCH, estimator="local", progress=False)
+        fit(model, guide, x, target, epochs=1, batch_size=BATCH, elbo=MeanFieldELBO(estimator="local"), progress=False)
     for _ in range(args.rounds):
         for name, (model, guide, target) in runs.items():
             start = time.process_time()
-            fit(model, guide, x, target, epochs=args.epochs, batch_size=BATCH, estimator="local", progress=False)
+            fit(model, guide, x, target, epochs=args.epochs, batch_size=BATCH, elbo=MeanFieldELBO(estimator="local"),
+                progress=False)
             ms[name].append((time.process_time() - start) / steps * 1e3)
     median = {name: statistics.median(values) for name, values in ms.items()}
     result = {"hidden": args.hidden, "threads": args.threads, "rounds": args.rounds, "steps_per_round": steps,

@@ -8,15 +8,16 @@ alike):
 - ``det``: plain PyTorch, cross-entropy;
 - ``bbb``, ``local_reparam``, ``flipout``, ``vdp``: pyrobnn's ``NormalGuide`` + Gaussian prior under each estimator
   of :data:`pyrobnn.handlers.ESTIMATORS` (weight sampling, Blundell et al. 2015; local reparameterization, Kingma,
-  Salimans & Welling 2015; flipout, Wen et al. 2018; VDP++ moments), stepped by :func:`pyrobnn.infer.svi.svi_step`;
+  Salimans & Welling 2015; flipout, Wen et al. 2018; VDP++ moments), stepped eagerly (``compile="none"``) by
+  :func:`pyrobnn.infer.svi.svi_step`; ``<method>_<mode>``: the same run by each executor of ``--modes`` (default
+  ``auto``, the default path, ``trace`` and ``inductor``: :data:`pyrobnn.infer.recording.COMPILE_MODES`), whose
+  figures ``<method>_auto_vs_fastest`` (the default against the fastest explicit mode, the eager one included) and
+  ``<method>_auto_vs_eager`` are in the JSON;
 - ``bt_reparam`` / ``bt_flipout``: bayesian-torch's ``dnn_to_bnn`` layers (skipped when not installed);
 - ``torch_bbb``: the hand-written Bayes-by-Backprop floor (``benchmarks/speed.py``, no Pyro, ``F.softplus``), and
   ``torch_bbb_same_softplus``, the same with pyrobnn's σ kernel: ``bbb`` against it is the cost of Pyro's Python;
-- ``<method>_compiled``: the methods of ``--compiled-methods`` (default ``bbb``) with ``svi_step(compile=True)``,
-  and ``det_compiled``, the plain step of the network under ``torch.compile``, their baseline (``--compiled``: the
-  networks to compile them on);
-- ``bbb_traced``: ``bbb`` with ``svi_step(compile="trace")``, the step's operations recorded once and replayed
-  (:data:`pyrobnn.infer.svi.TRACE`), on every network.
+- ``det_compiled``: the plain step of the network under ``torch.compile`` (``--compiled``: the networks to compile
+  it on).
 
 Also per method: peak memory of one step beyond the set-up (:func:`pyrobnn.analysis.cost.peak_memory`) and ATen
 operations per step (``benchmarks/ops.py``; device-independent and exact, unlike the timings on a shared
@@ -44,16 +45,22 @@ def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -
     with pyro.validation_enabled(False):
         methods = training_steps(name, x, y)
         if compiled:
-            for method in ("det", *args.compiled_methods):
-                methods[f"{method}_compiled"] = compiled_step(name, x, y, ESTIMATOR_OF.get(method, "det"))
-        methods["bbb_traced"] = compiled_step(name, x, y, compile="trace")
+            methods["det_compiled"] = compiled_step(name, x, y, "det")
+        for method in args.mode_methods:
+            for mode in args.modes:
+                methods[f"{method}_{mode}"] = compiled_step(name, x, y, ESTIMATOR_OF[method], compile=mode)
         ms = time_steps(methods, rounds=args.rounds, repeats=args.steps, warmup=3, device=device)
         entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
         entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
+        for method in args.mode_methods:
+            if f"{method}_auto" in ms:
+                explicit = [ms[method]] + [ms[f"{method}_{m}"] for m in args.modes if m != "auto"]
+                entry[f"{method}_auto_vs_fastest"] = round(ms[f"{method}_auto"] / min(explicit), 3)
+                entry[f"{method}_auto_vs_eager"] = round(ms[f"{method}_auto"] / ms[method], 3)
         for method, step in methods.items():
             if not args.no_memory:
                 entry[f"{method}_mib"] = round(peak_memory(step, device), 1)
-            if not method.endswith("_compiled"):  # compiled kernels bypass the dispatcher the counter sees
+            if method in METHODS:  # recorded and compiled steps bypass the dispatcher the counter sees
                 entry[f"{method}_ops"] = count(step, warmup=0).total
     return entry
 
@@ -64,8 +71,8 @@ def print_table(title: str, figures: dict) -> None:
 
     table = Table(title=title)
     table.add_column("network")
-    compiled = [f"{m}_compiled" for m in ("det", *ESTIMATOR_OF)]
-    methods = [m for m in (*METHODS, *compiled, "bbb_traced") if any(f"{m}_ms" in f for f in figures.values())]
+    modes = [f"{m}_{mode}" for m in ESTIMATOR_OF for mode in ("auto", "trace", "inductor")]
+    methods = [m for m in (*METHODS, "det_compiled", *modes) if any(f"{m}_ms" in f for f in figures.values())]
     for method in methods:
         table.add_column(method, justify="right")
     for name, f in figures.items():
@@ -89,9 +96,12 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--networks", nargs="+", choices=tuple(NETWORKS), default=tuple(NETWORKS))
     parser.add_argument("--compiled", nargs="*", choices=tuple(NETWORKS), default=["mlp400"],
-                        help="networks on which the --compiled-methods (and det) are also timed compiled")
-    parser.add_argument("--compiled-methods", nargs="*", choices=tuple(ESTIMATOR_OF), default=["bbb"],
-                        help="pyrobnn's methods timed with compile=True on the --compiled networks")
+                        help="networks on which det is also timed under torch.compile")
+    parser.add_argument("--modes", nargs="*", choices=("auto", "trace", "inductor"),
+                        default=["auto", "trace", "inductor"],
+                        help="executors each of --mode-methods is also timed with (beside eager)")
+    parser.add_argument("--mode-methods", nargs="*", choices=tuple(ESTIMATOR_OF), default=tuple(ESTIMATOR_OF),
+                        help="pyrobnn's methods timed under every --modes")
     parser.add_argument("--small-batch", type=int, default=16, help="batch of the overhead-bound regime (0: skip)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--devices", nargs="+", choices=("cpu", "cuda"), default=None,

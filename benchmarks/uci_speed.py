@@ -54,7 +54,7 @@ from pyrobnn.cli.runs import fit_options, load_data
 from pyrobnn.cli.train import train
 from pyrobnn.data import load_dataset
 from pyrobnn.infer.replicas import fit_replicas
-from pyrobnn.infer.svi import TRACE, fit
+from pyrobnn.infer.svi import fit
 
 BASE = ["--dataset", "uci-boston", "--split", "0", "--hidden", "50", "--lr", "0.01", "--batch-size", "128",
         "--num-samples", "1000", "--compile", "trace", "--no-progress"]
@@ -142,8 +142,8 @@ def stacked_cost(method: str, epochs: int) -> tuple[float, float]:
     for _ in range(TAUS):
         pyro.set_rng_seed(0)
         pairs.append(build(cfg, held))
-    options = {key: value for key, value in fit_options(cfg).items() if key != "compile"}
-    history = fit_replicas(pairs, held.x_train, held.y_train, **options, device="cpu")[0]
+    history = fit_replicas(pairs, held.x_train, held.y_train, **{**fit_options(cfg), "compile": "trace"},
+                           device="cpu")[0]
     seconds = [record["seconds"] for record in history.epochs]
     epoch = statistics.median(seconds[1:])
     return 1e6 * epoch / math.ceil(len(held.x_train) / 128), max(0.0, seconds[0] - epoch)
@@ -192,7 +192,7 @@ def main() -> None:
     floor = torch_step_us()
     fit_epochs = max(1, args.epochs // 4)
     methods = ("mcdropout", "bbb")  # the quick study's
-    modes = {method: (("eager", False), ("trace", TRACE)) if method in methods else (("trace", TRACE),)
+    modes = {method: (("eager", "none"), ("trace", "trace")) if method in methods else (("trace", "trace"),)
              for method in GRID_STACKS}
     per_fit = {method: {mode: fit_cost(method, compile, fit_epochs) for mode, compile in modes[method]}
                for method in GRID_STACKS}

@@ -67,10 +67,11 @@ from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS, SEVERITIES
 from pyrobnn.device import resolve_device
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import FlatThenLinear, Optim, TwoGroupSGD
 from pyrobnn.infer.predict import predict, predict_moments
 from pyrobnn.infer.schedules import Constant, LinearWarmup
-from pyrobnn.infer.svi import fit
+from pyrobnn.infer.svi import Checkpoint, fit
 from pyrobnn.networks import build_net
 
 METHODS = {"det": "sample", "mcdropout": "local", "bbb": "sample", "local": "local", "flipout": "flipout",
@@ -183,8 +184,9 @@ def run_method(args, method, data, aug, device, precision):
         beta = Constant(1.0 if method in ("det", "mcdropout") else args.beta)  # det: the KL is the weight decay
         training = dict(optimizer=Optim("sgd", args.lr, schedule=cosine, warmup_steps=warmup), beta=beta)
     history = fit(model, guide, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size,
-                  estimator=METHODS[method], transform=aug, precision=precision, seed=args.seed, device=device,
-                  checkpoint=args.out / f"{method}.pt", resume=args.resume, progress=args.progress, **training)
+                  elbo=MeanFieldELBO(estimator=METHODS[method], precision=precision), transform=aug, seed=args.seed,
+                  device=device, checkpoint=Checkpoint(args.out / f"{method}.pt", resume=args.resume),
+                  progress=args.progress, **training)
     samples = 1 if method == "det" else math.ceil(args.samples / k) * k  # iBNN: a multiple of K
     x_test = aug.normalize(data.x_test.to(device))
     x01 = data.x_test.to(device).float().div_(255)

@@ -26,6 +26,7 @@ from pyrobnn import BayesianNetwork, NormalGuide, ScaleMixturePrior
 from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.data import load_dataset
 from pyrobnn.infer import distributed
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.svi import fit
 from pyrobnn.networks import MLP
@@ -63,7 +64,9 @@ def main():
         model.to(device), guide.to(device)
         with distributed.data_parallel(model, guide):
             history = fit(model, guide, x, y, epochs=args.epochs, batch_size=args.batch_size // processes,
-                          optimizer=Optim(lr=args.lr), num_particles=args.particles, num_data=processes * len(x),
+                          optimizer=Optim(lr=args.lr),
+                          elbo=MeanFieldELBO(args.particles, vectorize_particles=True, estimator="sample"),
+                          num_data=processes * len(x),
                           seed=distributed.rank_seed(args.seed), device=device,
                           progress=main_process and not args.no_progress)
             difference = distributed.max_parameter_difference(model, guide)

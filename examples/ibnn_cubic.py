@@ -41,6 +41,7 @@ from rich.table import Table
 from pyrobnn import BayesianNetwork, Gaussian, GaussianPrior, NormalGuide
 from pyrobnn.data import cubic
 from pyrobnn.guides.mixture_node import MixtureNodeGuide
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predictive_outputs
 from pyrobnn.infer.schedules import LinearWarmup
@@ -93,8 +94,9 @@ def train_one(method: str, depth: int, data, args):
     model, guide, particles = build(method, depth, data, args)
     tick = time.perf_counter()
     history = fit(model, guide, data["x"], data["y"], epochs=args.steps, batch_size=30, optimizer=Optim(lr=args.lr),
-                  beta=LinearWarmup(0, 2 * args.steps // 3), estimator="local", num_particles=particles,
-                  seed=args.seed, progress=False)
+                  beta=LinearWarmup(0, 2 * args.steps // 3),
+                  elbo=MeanFieldELBO(particles, vectorize_particles=True, estimator="local"), seed=args.seed,
+                  progress=False)
     metrics, band = evaluate_run(model, guide, data, args)
     metrics["seconds"] = time.perf_counter() - tick
     metrics["kl"] = history.last["kl"]

@@ -55,6 +55,7 @@ from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import apply_masks, principled_masks, random_masks, sparsity
 from pyrobnn.data.text import SIZES, load_imdb, load_rotten_tomatoes, shuffle_words
 from pyrobnn.guides import DropoutGuide, PointGuide
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predict
 from pyrobnn.infer.schedules import LinearWarmup
@@ -107,7 +108,8 @@ def train(method: str, data, epochs: int, args):
     tick = time.perf_counter()
     optimizer = Optim(lr=args.lr, weight_decay=args.weight_decay, schedule=lambda epoch: 1 - epoch / epochs)
     fit(model, guide, data.x_train, data.y_train, epochs=epochs, batch_size=args.batch_size, optimizer=optimizer,
-        beta=LinearWarmup(0, epochs), estimator=estimator, seed=args.seed, device=args.device, progress=False,
+        beta=LinearWarmup(0, epochs), elbo=MeanFieldELBO(estimator=estimator), seed=args.seed, device=args.device,
+        progress=False,
         on_epoch_end=lambda e, r: print(f"  {method} epoch {e + 1}: nll {r['nll']:.4f}/example kl {r['kl']:.4g} "
                                         f"beta {r['beta']:.2f} {r['seconds']:.1f}s", flush=True))
     return model, guide, time.perf_counter() - tick

@@ -126,12 +126,13 @@ from pyrobnn import (
     Prior,
 )
 from pyrobnn.analysis.metrics import classification_metrics, regression_metrics
-from pyrobnn.cli.options import COMPILE_MODES
 from pyrobnn.data import cubic, sinusoid, two_moons
 from pyrobnn.handlers.moments import Moments
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.mcmc import sample_posterior
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import Constant, LinearWarmup
 from pyrobnn.infer.svi import fit
 from pyrobnn.model.likelihoods import uncertainty
@@ -257,9 +258,9 @@ def train_guide(problem: Problem, method: str, net, args, tag: str):
     tick = time.perf_counter()
     fit(model, guide, problem.x_train, problem.y_train, epochs=args.epochs, batch_size=len(problem.x_train),
         optimizer=Optim(lr=args.lr), beta=LinearWarmup(0, args.anneal) if bayesian else Constant(0.0),
-        num_particles=args.particles if bayesian and method != "vdp" else 1,
-        estimator="vdp" if method == "vdp" else args.estimator if bayesian else "sample",
-        seed=args.seed, progress=False, device="cpu", compile=COMPILE_MODES[args.compile])
+        elbo=MeanFieldELBO(args.particles if bayesian and method != "vdp" else 1, vectorize_particles=True,
+                           estimator="vdp" if method == "vdp" else args.estimator if bayesian else "sample"),
+        seed=args.seed, progress=False, device="cpu", compile=args.compile)
     return model, guide, time.perf_counter() - tick
 
 
@@ -269,8 +270,7 @@ def run_nuts(problem: Problem, net, args, *, samples, warmup, chains, tree_depth
     result = sample_posterior(model, problem.x_train, problem.y_train, num_samples=samples, warmup=warmup,
                               num_chains=chains, seed=args.seed, map_steps=args.map_steps,
                               target_accept=args.target_accept,
-                              max_tree_depth=tree_depth, sampler=args.sampler, compiler=args.compiler,
-                              jit=args.jit)
+                              max_tree_depth=tree_depth, sampler=args.sampler, compile=args.compile)
     return model, result, time.perf_counter() - tick
 
 
@@ -329,7 +329,7 @@ def nuts_summary(result, seconds: float) -> dict[str, float]:
     return {"r_hat_max": d["r_hat_max"], "ess_min": ess_min(result), "prediction_r_hat_max": d["prediction_r_hat_max"],
             "prediction_ess_min": d["prediction_ess_min"], "divergences": d["divergences"],
             "divergence_rate": d["divergence_rate"], "leapfrog_steps": d["leapfrog_steps"],
-            "num_weights": d["num_weights"], "sampler": d["sampler"], "compiler": d["compiler"], "seconds": seconds}
+            "num_weights": d["num_weights"], "sampler": d["sampler"], "compile": d["compile"], "seconds": seconds}
 
 
 def run_problem(problem: Problem, args) -> tuple[dict, dict]:
@@ -344,7 +344,7 @@ def run_problem(problem: Problem, args) -> tuple[dict, dict]:
     metrics = {"nuts": scores(problem, predictive(problem, "nuts", model, posterior, problem.x_test, args),
                               grids["nuts"], None) | nuts_summary(result, seconds)}
     d = result.diagnostics
-    console.print(f"{problem.name} nuts ({d['sampler']}, {d['compiler']}): {seconds:.1f} s, {d['num_weights']} "
+    console.print(f"{problem.name} nuts ({d['sampler']}, {d['compile']}): {seconds:.1f} s, {d['num_weights']} "
                   f"weights, R-hat max {d['r_hat_max']:.3f} (predictions {d['prediction_r_hat_max']:.3f}), "
                   f"ESS min {metrics['nuts']['ess_min']:.0f}, {d['divergences']} divergences, "
                   f"{d['leapfrog_steps']:.0f} leapfrog steps/draw, "
@@ -574,9 +574,6 @@ def main():
     group.add_argument("--sampler", default="auto", choices=["auto", "batched", "pyro"],
                        help="batched: both chains in one pass per leapfrog step; pyro: Pyro's NUTS, one chain after "
                             "the other")
-    group.add_argument("--compiler", default="auto", choices=["auto", "inductor", "script", "eager"],
-                       help="how the batched sampler runs a leapfrog step (sample_posterior(compiler=...))")
-    group.add_argument("--jit", action="store_true", help="--sampler pyro: compile the potential (no faster here)")
     group.add_argument("--map-steps", type=int, default=2000, help="Adam steps to the MAP, where the chains start")
     group = parser.add_argument_group("model")
     group.add_argument("--moons-hidden", type=int, nargs="+", default=[50, 50])
@@ -603,9 +600,9 @@ def main():
                        help="prior of the variational-dropout guides' model (log-uniform: another model than "
                             "NUTS's); auto: log-uniform for additive, Gaussian for multiplicative")
     group.add_argument("--pred-samples", type=int, default=200, help="posterior samples per guide prediction")
-    group.add_argument("--compile", default="trace", choices=list(COMPILE_MODES),
-                       help="how each step's loss and gradient run (fit(compile=...), as pyrobnn train --compile): "
-                            "trace (recorded once, replayed without the per-step Python), none (eagerly), inductor")
+    group.add_argument("--compile", default="auto", choices=COMPILE_MODES,
+                       help="how each step (of the guides' fit and of NUTS's leapfrog) runs, as pyrobnn train "
+                            "--compile: auto, none (eagerly), trace (recorded once, replayed), inductor")
     group = parser.add_argument_group("depth study (y = x³)")
     group.add_argument("--depths", type=int, nargs="*", default=[1, 2, 3, 4, 5])
     group.add_argument("--depth-width", type=int, default=256)

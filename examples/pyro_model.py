@@ -35,6 +35,7 @@ from rich.table import Table
 
 from pyrobnn import DropoutGuide, NormalGuide, Optim, evaluate, fit, predict, sample_posterior
 from pyrobnn.data.toys import sinusoid
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.networks import PyroBNN
 
 METHODS = {
@@ -81,7 +82,7 @@ def main(argv=None) -> list[dict]:
         model = PyroBNN(args.hidden)
         guide = make_guide(model)
         tick = time.perf_counter()
-        fit(model, guide, x, y, epochs=args.epochs, batch_size=len(x), estimator=estimator,
+        fit(model, guide, x, y, epochs=args.epochs, batch_size=len(x), elbo=MeanFieldELBO(estimator=estimator),
             optimizer=Optim(lr=args.lr), seed=args.seed, progress=False)
         score(name, model, guide, time.perf_counter() - tick, args.samples)
 

@@ -42,6 +42,7 @@ from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.prune import pruning_curve
 from pyrobnn.analysis.robustness import deterministic_predictor, moment_predictor, noise_robustness, sampling_predictor
 from pyrobnn.device import resolve_device
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.svi import fit
@@ -61,8 +62,8 @@ def train_vit(data, args) -> dict[str, float]:
                             prior=GaussianPrior(0.0, args.prior_scale))
     guide = NormalGuide(model, init_rho=args.init_rho, share=args.share, name="vit")
     history = fit(model, guide, data.x_train[:n], data.y_train[:n], epochs=args.vit_epochs,
-                  batch_size=args.batch_size, optimizer=Optim(lr=1e-3), beta=Constant(args.beta), estimator="vdp",
-                  seed=args.seed,
+                  batch_size=args.batch_size, optimizer=Optim(lr=1e-3), beta=Constant(args.beta),
+                  elbo=MeanFieldELBO(estimator="vdp"), seed=args.seed,
                   device=args.device, progress=not args.no_progress,
                   on_epoch_end=lambda epoch, r: print(f"vit epoch {epoch + 1}: nll {r['nll']:.4g} {r['seconds']:.1f}s",
                                                       flush=True))

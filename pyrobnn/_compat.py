@@ -14,8 +14,18 @@ from torch._C import DisableTorchFunctionSubclass
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+try:  # one fake-tensor mode for a whole make_fx recording (pyrobnn.infer.recording)
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+except ImportError:  # another torch: make_fx builds a mode per node
+    TracingContext = tracing = FakeTensorMode = None
+
 __all__ = [
     "BatchNormBase",
+    "FakeTensorMode",
+    "TracingContext",
+    "inductor_compile",
+    "tracing",
     "DisableTorchFunctionSubclass",
     "DropoutBase",
     "TorchDispatchMode",
@@ -46,3 +56,11 @@ def pyro_name(module: nn.Module) -> str:
 def pyro_context(module: nn.Module):
     """A PyroModule's context manager: inside it, parameters go through Pyro's param store."""
     return module._pyro_context
+
+
+def inductor_compile(graph, example_inputs: list, options: dict | None = None):
+    """``torch._inductor.compile``: an fx graph of ATen operations compiled by TorchInductor, without Dynamo's
+    guards (imported when first used: the import takes seconds)."""
+    from torch._inductor import compile as compile_graph
+
+    return compile_graph(graph, example_inputs, options=options)

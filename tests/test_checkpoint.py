@@ -15,7 +15,7 @@ from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pyrobnn.data import two_moons
 from pyrobnn.files import atomic_write, check_writable, write_json
-from pyrobnn.infer.svi import fit
+from pyrobnn.infer.svi import Checkpoint, fit
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def _small_run(tmp_path, epochs=1):
     guide = NormalGuide(model)
     path = tmp_path / "run" / "checkpoint.pt"
     fit(model, guide, moons.x_train, moons.y_train, epochs=epochs, batch_size=30, device="cpu", progress=False,
-        checkpoint=path, config={"note": "test"})
+        checkpoint=Checkpoint(path, config={"note": "test"}))
     return path
 
 

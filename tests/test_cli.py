@@ -659,7 +659,7 @@ def test_mcmc_help_lists_its_groups_and_only_options_that_apply(capsys, monkeypa
     flags = set(re.findall(r"--[a-z0-9][a-z0-9.-]*[a-z0-9]", text))
     assert {"--dataset", "--train-size", "--test-size", "--model", "--hidden", "--bayesian", "--prior",
             "--prior.scale", "--likelihood", "--likelihood.scale", "--num-samples", "--warmup", "--num-chains",
-            "--target-accept", "--max-tree-depth", "--init-jitter", "--jit", "--out", "--seed",
+            "--target-accept", "--max-tree-depth", "--init-jitter", "--compile", "--out", "--seed",
             "--no-progress", "--data-root", "--split", "--grid", "--sampler"} <= flags
     assert not flags & {"--dropout", "--val-size", "--likelihood.learn-scale", "--epochs",
                         "--guide", "--samples", "--chains"}

@@ -63,3 +63,12 @@ def test_pyro_module_internals():
     with _compat.pyro_context(outer):  # inside the context parameters go through the param store
         module.scale
     assert "layer.scale" in pyro.get_param_store()
+
+
+def test_a_recording_shares_one_fake_tensor_mode_and_inductor_compiles_a_graph():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with _compat.tracing(_compat.TracingContext(_compat.FakeTensorMode(allow_fallback_kernels=True))):
+        graph = make_fx(lambda a: (a * 2 + 1,))(torch.ones(3))
+    compiled = _compat.inductor_compile(graph, [torch.ones(3)])
+    assert torch.equal(compiled(torch.arange(3.0))[0], torch.tensor([1.0, 3.0, 5.0]))

@@ -64,7 +64,7 @@ def test_bad_methods_are_refused():
     x, y = torch.randn(4, 16), torch.randint(0, 3, (4,))
     with pytest.raises(ValueError, match="method must be 'det' or an estimator"):
         training_step(MLP(16, (8,), 3), x, y, "bogus")
-    with pytest.raises(ValueError, match="compile for the det step is True or False"):
+    with pytest.raises(ValueError, match="compile for the det step is 'auto', 'none' or 'inductor'"):
         training_step(MLP(16, (8,), 3), x, y, "det", compile="trace")
     with pytest.raises(ValueError, match="must include 'det'"):
         compare_training_cost(MLP(16, (8,), 3), (16,), 3, {"bbb": ("sample", "weight")})

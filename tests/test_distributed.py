@@ -18,6 +18,7 @@ from torch import nn
 
 from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.infer import distributed as ddp
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim, make_optimizer
 from pyrobnn.infer.svi import fit, svi_step
 
@@ -61,7 +62,7 @@ def _two_steps(model, guide, x, y) -> dict:
     record = {}
     for estimator in ("sample", "vdp"):
         pyro.set_rng_seed(NOISE_SEED)
-        svi_step(model, guide, optim, x, y, estimator=estimator)
+        svi_step(model, guide, optim, x, y, elbo=MeanFieldELBO(estimator=estimator))
         record[estimator] = {"grad": _state(model, guide, "grad"), "after": _state(model, guide, "data")}
     return record
 
@@ -78,19 +79,21 @@ def _worker(index: int, port: int, out: str) -> None:
         averager = ddp.data_parallel(model, guide)
         record = {"initial": _state(model, guide, "data"), "steps": _two_steps(model, guide, x, y)}
         averager.remove()
-        svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), x, y, estimator="vdp")
+        svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), x, y, elbo=MeanFieldELBO(estimator="vdp"))
         record["removed_grad"] = _state(model, guide, "grad")
 
         model, guide = _problem(INIT_SEED, batchnorm=True)
         with ddp.data_parallel(model, guide):
-            svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), x, y, estimator="vdp")
+            svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), x, y,
+                     elbo=MeanFieldELBO(estimator="vdp"))
         record["running"] = [model.net[0].running_mean.clone(), model.net[0].running_var.clone()]
 
         xs, ys = ddp.shard(*_classification_data())
         model, guide = _problem(20 + index)
         with ddp.data_parallel(model, guide):
-            history = fit(model, guide, xs, ys, epochs=4, batch_size=8, optimizer=Optim(lr=0.05), estimator="local",
-                          num_data=ddp.world_size() * len(xs), seed=ddp.rank_seed(0), device=device, progress=False)
+            history = fit(model, guide, xs, ys, epochs=4, batch_size=8, optimizer=Optim(lr=0.05),
+                          elbo=MeanFieldELBO(estimator="local"), num_data=ddp.world_size() * len(xs),
+                          seed=ddp.rank_seed(0), device=device, progress=False)
             record["fit"] = {"loss": history["loss"], "final": _state(model, guide, "data"),
                              "difference": ddp.max_parameter_difference(model, guide)}
     torch.save(record, os.path.join(out, f"rank{index}.pt"))
@@ -157,7 +160,8 @@ def test_a_step_leaves_identical_parameters_equal_to_one_process(ranks, single, 
 def test_running_statistics_are_averaged(ranks, float64):
     """The average of the shards' running means is the running mean of the concatenated batch."""
     model, guide = _problem(INIT_SEED, batchnorm=True)
-    svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), *_batch(), estimator="vdp")
+    svi_step(model, guide, make_optimizer(guide.parameters(), lr=0.01), *_batch(),
+             elbo=MeanFieldELBO(estimator="vdp"))
     (mean0, var0), (mean1, var1) = ranks[0]["running"], ranks[1]["running"]
     assert torch.equal(mean0, mean1) and torch.equal(var0, var1)
     torch.testing.assert_close(mean0, model.net[0].running_mean, rtol=1e-12, atol=1e-12)

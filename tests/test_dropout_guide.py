@@ -142,8 +142,9 @@ def test_every_estimator_trains_a_step(estimator, guide_cls):
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     optim = torch.optim.Adam(guide.parameters(), 1e-2)
     before = [p.detach().clone() for p in guide.parameters()]
-    terms = svi_step(model, guide, optim, x, y, estimator=estimator,
-                     num_particles=1 if estimator == "vdp" else 2)
+    terms = svi_step(model, guide, optim, x, y,
+                     elbo=MeanFieldELBO(1 if estimator == "vdp" else 2, vectorize_particles=True,
+                                        estimator=estimator))
     assert torch.isfinite(terms.loss)
     assert all(not torch.equal(a, b) for a, b in zip(before, guide.parameters()))
 

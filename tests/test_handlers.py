@@ -357,7 +357,7 @@ def test_svi_step_loops_particles_when_a_network_cannot_vectorize():
     optim = make_optimizer(guide.parameters())
     for estimator in ("sample", "local", "flipout"):
         terms = svi_step(model, guide, optim, torch.rand(4, 1, 28, 28), torch.randint(0, 10, (4,)),
-                         estimator=estimator, num_particles=3)
+                         elbo=MeanFieldELBO(3, vectorize_particles=True, estimator=estimator))
         assert torch.isfinite(terms.loss)
 
 
@@ -369,6 +369,7 @@ def test_fit_with_each_estimator(estimator):
     model, guide = _small_model()
     x = torch.randn(64, 3)
     y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
-    history = fit(model, guide, x, y, epochs=20, batch_size=16, optimizer=Optim(lr=0.03), num_particles=3,
-                  estimator=estimator, beta=Constant(0.1), progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=20, batch_size=16, optimizer=Optim(lr=0.03),
+                  elbo=MeanFieldELBO(3, vectorize_particles=True,
+                                     estimator=estimator), beta=Constant(0.1), progress=False, device="cpu")
     assert history["nll"][-1] < 0.7 * history["nll"][0]

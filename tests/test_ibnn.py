@@ -346,7 +346,7 @@ def test_fit_predict_evaluate_with_the_two_learning_rates():
     before = evaluate(model, guide, x, y, num_samples=8)
     history = fit(model, guide, x, y, epochs=60, batch_size=16,
                   optimizer=TwoGroupSGD(lr=0.01, variational_lr=0.1, schedule=[FlatThenLinear(60), lambda epoch: 1.0]),
-                  estimator="local", progress=False)
+                  elbo=MeanFieldELBO(estimator="local"), progress=False)
     assert history.last["loss"] < history.epochs[0]["loss"]
     after = evaluate(model, guide, x, y, num_samples=8)
     assert after["rmse"] < before["rmse"]

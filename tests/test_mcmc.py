@@ -81,7 +81,7 @@ def test_potential_equals_trace_log_joint_and_its_gradient(prior, task):
         assert torch.allclose(grad, torch.cat([g.reshape(-1) for g in expected_grad]), rtol=1e-4, atol=1e-4)
         assert torch.allclose(potential({"weights": theta.detach()}), -expected.detach(), rtol=1e-5, atol=1e-4)
 
-    compiled = FlatPotential(model, x, y).compile()  # jit=True: the traced graph gives the same value and gradient
+    compiled = FlatPotential(model, x, y).compile()  # compile="trace": the recording, the same value and gradient
     theta = (0.8 * torch.randn(potential.size, generator=generator)).requires_grad_()
     value, traced = potential({"weights": theta}), compiled({"weights": theta})
     assert torch.allclose(traced, value, rtol=1e-5, atol=1e-4)

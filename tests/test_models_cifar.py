@@ -41,7 +41,8 @@ def test_every_cifar_model_trains_under_every_estimator(name, method):
     guide = NormalGuide(model, init_rho=-4.0)
     x, y = _batch()
     before = {k: v.detach().clone() for k, v in guide.named_parameters()}
-    terms = svi_step(model, guide, make_optimizer(guide.parameters(), lr=1e-2), x, y, estimator=method)
+    terms = svi_step(model, guide, make_optimizer(guide.parameters(), lr=1e-2), x, y,
+                     elbo=MeanFieldELBO(estimator=method))
     assert torch.isfinite(terms.loss) and torch.isfinite(terms.nll) and terms.nll > 0
     assert all(not torch.equal(before[k], v) for k, v in guide.named_parameters()), "a parameter did not move"
     with kl_annealing(beta=0.0), estimator(method, 1, len(x)):
@@ -58,7 +59,7 @@ def test_torchvision_resnet18_trains_under_vdp():
     model = BayesianNetwork(build_net("tv:resnet18", CIFAR, 10), num_data=1000)
     guide = NormalGuide(model)
     x, y = _batch(2)
-    terms = svi_step(model, guide, make_optimizer(guide.parameters()), x, y, estimator="vdp")
+    terms = svi_step(model, guide, make_optimizer(guide.parameters()), x, y, elbo=MeanFieldELBO(estimator="vdp"))
     assert torch.isfinite(terms.loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in guide.parameters())
 

@@ -147,23 +147,28 @@ def test_the_two_hand_written_floors_take_the_same_step():
 
 
 def test_the_suite_reports_every_method_and_its_ratio_to_det(monkeypatch, capsys):
-    """benchmarks/suite.py end to end at the smallest size: one network, one round, the traced step, no compiler."""
+    """benchmarks/suite.py end to end at the smallest size: one network, one round, BBB by the default executor and
+    by the recorded step (no inductor: its compilation takes minutes), no compiled det."""
     import json
 
     import suite
 
     monkeypatch.setattr(sys, "argv", ["suite.py", "--devices", "cpu", "--networks", "mlp400", "--compiled",
                                       "--small-batch", "0", "--rounds", "1", "--steps", "1", "--no-memory",
-                                      "--threads", "1"])
+                                      "--threads", "1", "--modes", "auto", "trace", "--mode-methods", "bbb"])
     suite.main()
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cpu"]["mlp400"]
     methods = [m for m in ops.METHODS if m in ("det", "torch_bbb", "torch_bbb_same_softplus", *ops.ESTIMATOR_OF)]
-    methods += ["bbb_traced"]
     for method in methods:
         assert figures[f"{method}_ms"] > 0 and figures[f"{method}_ops"] > 0
         if method != "det":
             assert figures[f"{method}_ratio"] == pytest.approx(figures[f"{method}_ms"] / figures["det_ms"], abs=0.011)
     assert figures["bbb_ops"] < figures["torch_bbb_ops"]
+    for mode in ("auto", "trace"):
+        assert figures[f"bbb_{mode}_ms"] > 0
+    assert figures["bbb_auto_vs_fastest"] == pytest.approx(
+        figures["bbb_auto_ms"] / min(figures["bbb_ms"], figures["bbb_trace_ms"]), abs=0.01)
+    assert figures["bbb_auto_vs_eager"] == pytest.approx(figures["bbb_auto_ms"] / figures["bbb_ms"], abs=0.01)
     assert not any(key.endswith("_compiled_ms") for key in figures)
 
 

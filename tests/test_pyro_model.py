@@ -164,7 +164,8 @@ def test_normal_guide_fits_as_well_as_autonormal_over_seeds():
             pyro.set_rng_seed(seed)
             model = BNN(hidden=16)
             guide = GUIDES[kind](model)
-            fit(model, guide, x, y, epochs=250, batch_size=64, estimator="local", optimizer=Optim(lr=0.02),
+            fit(model, guide, x, y, epochs=250, batch_size=64, elbo=MeanFieldELBO(estimator="local"),
+                optimizer=Optim(lr=0.02),
                 seed=seed, progress=False)
             rmse[kind].append(evaluate(model, guide, x_test, y_test, num_samples=50)["rmse"])
     ours, theirs = torch.tensor(rmse["NormalGuide"]), torch.tensor(rmse["AutoNormal"])
@@ -236,7 +237,8 @@ def test_vdp_propagates_moments_through_the_users_model():
     x, y = sinusoid(64)
     model = BNN(hidden=16)
     guide = NormalGuide(model, init_rho=-4.0)
-    fit(model, guide, x, y, epochs=300, batch_size=64, estimator="vdp", optimizer=Optim(lr=0.02), progress=False)
+    fit(model, guide, x, y, epochs=300, batch_size=64, elbo=MeanFieldELBO(estimator="vdp"), optimizer=Optim(lr=0.02),
+        progress=False)
     moments, sampled = (evaluate(model, guide, x, y, moments=True), evaluate(model, guide, x, y, num_samples=100))
     assert moments["rmse"] < 0.5 * float(y.std()), moments
     assert abs(moments["rmse"] - sampled["rmse"]) < 0.05, (moments, sampled)
@@ -309,11 +311,11 @@ def test_nuts_on_the_users_model_matches_the_bayesian_network_and_pyros_nuts():
     settings = dict(num_samples=100, warmup=100, seed=0, map_steps=100)
     pyro.set_rng_seed(0)
     user = FixedNoiseBNN(hidden=2, sigma=1.0)
-    runs["user"] = (user, sample_posterior(user, x, y, num_chains=4, compiler="script", **settings))
-    runs["pyro"] = (user, sample_posterior(user, x, y, num_chains=2, sampler="pyro", jit=True, **settings))
+    runs["user"] = (user, sample_posterior(user, x, y, num_chains=4, compile="trace", **settings))
+    runs["pyro"] = (user, sample_posterior(user, x, y, num_chains=2, sampler="pyro", compile="trace", **settings))
     net = nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))
     reference = BayesianNetwork(net, Gaussian(1.0), prior=GaussianPrior(0.0, 1.0), num_data=12)
-    runs["network"] = (reference, sample_posterior(reference, x, y[:, None], num_chains=4, compiler="script",
+    runs["network"] = (reference, sample_posterior(reference, x, y[:, None], num_chains=4, compile="trace",
                                                    **settings))
     assert runs["user"][1].diagnostics["sampler"] == "batched" and runs["pyro"][1].diagnostics["sampler"] == "pyro"
     moments = {}

@@ -13,6 +13,7 @@ import torch
 
 from pyrobnn import BayesianNetwork, MixtureNodeGuide, NodePrior, NormalGuide, fit, predict
 from pyrobnn.data import two_moons
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.networks import MLP
 
@@ -36,7 +37,7 @@ def _train_and_save(kind, tmp_path):
     exec(BUILD[kind], namespace)
     model, guide = namespace["model"], namespace["guide"]
     fit(model, guide, data.x_train, data.y_train, epochs=3, batch_size=50, optimizer=Optim(lr=0.02),
-        estimator="local", progress=False, device="cpu")
+        elbo=MeanFieldELBO(estimator="local"), progress=False, device="cpu")
     pyro.set_rng_seed(11)
     probs = predict(model, guide, data.x_test, num_samples=8)["probs"]
     path = tmp_path / "store.pt"

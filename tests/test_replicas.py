@@ -9,9 +9,11 @@ import torch
 
 from pyrobnn import BayesianNetwork, DropoutGuide, NormalGuide, PointGuide, ScaleMixturePrior, fit
 from pyrobnn.cli.grid import replica_groups
-from pyrobnn.infer import replicas as replicas_module
+from pyrobnn.infer import step as step_module
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
-from pyrobnn.infer.replicas import fit_replicas, module_tensors
+from pyrobnn.infer.replicas import fit_replicas
+from pyrobnn.infer.step import tensors
 from pyrobnn.infer.svi import TrainingDiverged
 from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.networks import MLP
@@ -37,8 +39,7 @@ def _pair(guide: str, seed: int, scale: float = 0.5, hidden: int = 16):
 
 
 def _values(pair) -> list[torch.Tensor]:
-    params, buffers = module_tensors(*pair)
-    return [t.detach().clone() for t in (*params, *buffers)]
+    return [t.detach().clone() for t in tensors(*pair)]
 
 
 def test_a_deterministic_step_trains_each_replica_as_fit_trains_it_alone():
@@ -49,11 +50,11 @@ def test_a_deterministic_step_trains_each_replica_as_fit_trains_it_alone():
     alone = []
     for seed, scale in settings:
         pair = _pair("point", seed, scale)
-        history = fit(*pair, x, y, **OPTIONS, estimator="sample", progress=False)
+        history = fit(*pair, x, y, **OPTIONS, elbo=MeanFieldELBO(estimator="sample"), progress=False)
         alone.append((_values(pair), history))
     pyro.clear_param_store()
     stacked_pairs = [_pair("point", seed, scale) for seed, scale in settings]
-    histories = fit_replicas(stacked_pairs, x, y, **OPTIONS, estimator="sample")
+    histories = fit_replicas(stacked_pairs, x, y, **OPTIONS, elbo=MeanFieldELBO(estimator="sample"))
     assert len(histories) == 3
     for pair, history, (values, reference) in zip(stacked_pairs, histories, alone):
         for got, want in zip(_values(pair), values):
@@ -71,7 +72,8 @@ def test_replicas_of_one_initialisation_draw_their_own_noise_and_train_alike(gui
     # each replica's loss stays that of a lone fit (a gradient applied to the wrong replica's slice, as a fused
     # optimiser does with a gradient laid out unlike its parameter, made the second replica diverge 10^6-fold)
     x, y = _data(140)
-    options = {**OPTIONS, "epochs": 15, "estimator": estimator, "num_particles": num_particles}
+    options = {**OPTIONS, "epochs": 15,
+               "elbo": MeanFieldELBO(num_particles, vectorize_particles=True, estimator=estimator)}
     pyro.clear_param_store()
     alone = fit(*_pair(guide, 0), x, y, **options, progress=False).last["loss"]
     pyro.clear_param_store()
@@ -100,21 +102,23 @@ def test_a_diverging_replica_stops_training_and_is_named():
     y_bad = y.clone()
     pairs = [_pair("point", 0), _pair("point", 1, scale=1e-30)]  # log-likelihood overflows to -inf
     with pytest.raises(TrainingDiverged, match="replica 1: loss became"):
-        fit_replicas(pairs, x, y_bad, **OPTIONS, estimator="sample")
+        fit_replicas(pairs, x, y_bad, **OPTIONS, elbo=MeanFieldELBO(estimator="sample"))
 
 
 def test_a_step_that_cannot_be_recorded_trains_the_replicas_one_after_another(monkeypatch):
     x, y = _data()
     pyro.clear_param_store()
-    reference = [fit(*_pair("point", s), x, y, **OPTIONS, estimator="sample", compile="trace", progress=False)
+    reference = [fit(*_pair("point", s), x, y, **OPTIONS, elbo=MeanFieldELBO(estimator="sample"), compile="trace",
+                     progress=False)
                  for s in (0, 1)]
 
     def unrecordable(*args, **kwargs):
         raise RuntimeError("a value read on the host")
 
-    monkeypatch.setattr(replicas_module, "record_gradient", unrecordable)
+    monkeypatch.setattr(step_module, "record", unrecordable)
     pyro.clear_param_store()
-    histories = fit_replicas([_pair("point", s) for s in (0, 1)], x, y, **OPTIONS, estimator="sample")
+    histories = fit_replicas([_pair("point", s) for s in (0, 1)], x, y, **OPTIONS,
+                             elbo=MeanFieldELBO(estimator="sample"))
     assert [h.last["loss"] for h in histories] == [h.last["loss"] for h in reference]
 
 

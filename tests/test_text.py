@@ -13,6 +13,7 @@ from pyrobnn.data import text
 from pyrobnn.data.splits import holdout
 from pyrobnn.data.text import PAD_ID, UNK_ID, WordTokenizer, load_imdb, padding_mask, shuffle_words
 from pyrobnn.handlers.moments import Moments
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.networks.transformer import BLOCK_SITES, FFN_SITES, TransformerClassifier
 
 DT = torch.float64
@@ -252,7 +253,8 @@ def test_vdp_trains_through_the_masked_block():
                             include=list(BLOCK_SITES), num_data=100)
     guide = NormalGuide(model, init_rho=-4.0)
     optim = make_optimizer(guide.parameters(), lr=1e-3)
-    terms = svi_step(model, guide, optim, _ids([10, 2, 5, 8], 10), torch.tensor([0, 1, 1, 0]), estimator="vdp")
+    terms = svi_step(model, guide, optim, _ids([10, 2, 5, 8], 10), torch.tensor([0, 1, 1, 0]),
+                     elbo=MeanFieldELBO(estimator="vdp"))
     assert torch.isfinite(terms.loss)
     for role in ("locs", "rhos"):
         assert guide.param("net.encoder.self_attn.in_proj_weight", role).grad.abs().sum() > 0

@@ -12,11 +12,13 @@ from pyrobnn import BayesianNetwork, NormalGuide
 from pyrobnn.analysis.evaluate import Validation
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.data import load_dataset, two_moons
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim, StepDecay
-from pyrobnn.infer.svi import TrainingDiverged, fit
+from pyrobnn.infer.svi import Checkpoint, TrainingDiverged, fit
 from pyrobnn.networks import build_net
 
-FIT = dict(batch_size=32, num_particles=2, optimizer=Optim(lr=1e-2), seed=0, device="cpu", progress=False)
+FIT = dict(batch_size=32, elbo=MeanFieldELBO(2, vectorize_particles=True, estimator="sample"), optimizer=Optim(lr=1e-2),
+           seed=0, device="cpu", progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_resume_from_checkpoint_continues_exactly(moons, tmp_path, extra):
     assert first["loss"] == full["loss"][:2]
 
     model2, guide2 = make_run()  # a new process would start from here
-    resumed = fit(model2, guide2, x, y, epochs=4, checkpoint=path, resume=True, on_epoch_end=validation(),
+    resumed = fit(model2, guide2, x, y, epochs=4, checkpoint=Checkpoint(path, resume=True), on_epoch_end=validation(),
                   **options)
 
     assert resumed["epoch"] == [1, 2, 3, 4]
@@ -82,7 +84,7 @@ def test_resume_from_checkpoint_continues_exactly(moons, tmp_path, extra):
 def test_resume_without_checkpoint_file_starts_from_scratch(moons, tmp_path):
     path = tmp_path / "fresh.pt"
     model, guide = make_run()
-    history = fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=path, resume=True, **FIT)
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=Checkpoint(path, resume=True), **FIT)
     assert history["epoch"] == [1] and path.is_file()
     state = load_checkpoint(path)
     assert set(state) >= {"model", "guide", "optimizer", "scheduler", "epoch", "history", "rng", "config"}
@@ -98,7 +100,7 @@ def test_checkpoint_every_sets_how_often_the_checkpoint_is_written(moons, tmp_pa
     monkeypatch.setattr(svi, "save_checkpoint", lambda path, state: (written.append(state["epoch"]), save(path, state)))
     path = tmp_path / "checkpoint.pt"
     model, guide = make_run()
-    fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=path, checkpoint_every=every, **FIT)
+    fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=Checkpoint(path, every=every), **FIT)
     assert written == writes
     state = load_checkpoint(path)
     assert state["epoch"] == 3 and len(state["history"]) == 4
@@ -121,7 +123,7 @@ def test_a_run_stopped_between_writes_keeps_its_last_completed_epoch(moons, tmp_
 
     model, guide = make_run()
     with pytest.raises(stop):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=path, checkpoint_every=3600.0,
+        fit(model, guide, moons.x_train, moons.y_train, epochs=4, checkpoint=Checkpoint(path, every=3600.0),
             on_epoch_end=interrupt, **FIT)
     state = load_checkpoint(path)
     assert state["epoch"] == 1 and len(state["history"]) == 2
@@ -132,14 +134,15 @@ def test_a_run_stopped_between_writes_keeps_its_last_completed_epoch(moons, tmp_
     model_full, guide_full = make_run()
     full = fit(model_full, guide_full, moons.x_train, moons.y_train, epochs=4, **FIT)
     model2, guide2 = make_run()
-    resumed = fit(model2, guide2, moons.x_train, moons.y_train, epochs=4, checkpoint=path, resume=True, **FIT)
+    resumed = fit(model2, guide2, moons.x_train, moons.y_train, epochs=4, checkpoint=Checkpoint(path, resume=True),
+                  **FIT)
     assert resumed["loss"] == full["loss"]
 
 
 def test_checkpoint_every_must_be_nonnegative(moons, tmp_path):
     model, guide = make_run()
-    with pytest.raises(ValueError, match="checkpoint_every"):
-        fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=tmp_path / "c.pt", checkpoint_every=-1,
+    with pytest.raises(ValueError, match="checkpoint every"):
+        fit(model, guide, moons.x_train, moons.y_train, epochs=1, checkpoint=Checkpoint(tmp_path / "c.pt", every=-1),
             **FIT)
     assert not (tmp_path / "c.pt").exists()
 
@@ -157,7 +160,7 @@ def test_nan_loss_raises_and_keeps_last_good_checkpoint(moons, tmp_path):
     model2, guide2 = make_run()
     x_nan = torch.full_like(moons.x_train, float("nan"))
     with pytest.raises(TrainingDiverged, match=r"epoch 2") as info:
-        fit(model2, guide2, x_nan, moons.y_train, epochs=2, checkpoint=path, resume=True, **FIT)
+        fit(model2, guide2, x_nan, moons.y_train, epochs=2, checkpoint=Checkpoint(path, resume=True), **FIT)
     message = str(info.value)
     assert "nan" in message.lower() and str(path) in message
 
@@ -241,8 +244,8 @@ def test_float_labels_and_length_mismatch(moons):
         (dict(batch_size=0), "batch_size"),
         (dict(epochs=0), "epochs"),
         (dict(epochs=-2), "epochs"),
-        (dict(num_particles=0), "num_particles"),
-        (dict(resume=True), "checkpoint"),
+        (dict(compile="fast"), "compile"),
+        (dict(checkpoint=Checkpoint("run.pt", every=-1)), "every"),
         (dict(device="tpu"), "device"),
     ],
 )
@@ -250,6 +253,15 @@ def test_invalid_fit_arguments(moons, kwargs, match):
     model, guide = make_run()
     with pytest.raises(ValueError, match=match):
         fit(model, guide, moons.x_train, moons.y_train, **{**FIT, "epochs": 1, **kwargs})
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(num_particles=0), "num_particles"),
+                                           (dict(estimator="sampling"), "estimator"),
+                                           (dict(precision="fp16"), "precision"),
+                                           (dict(num_particles=2, estimator="vdp"), "deterministically")])
+def test_invalid_objectives(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MeanFieldELBO(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -308,7 +320,8 @@ def test_deterministic_baseline_trains_through_the_same_loop(moons):
     model = BayesianNetwork(net, num_data=200, deterministic=True)
     guide = NormalGuide(model)
     assert model.sites() == [] and list(guide.parameters()) == []
-    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3, **{**FIT, "num_particles": 1})
+    history = fit(model, guide, moons.x_train, moons.y_train, epochs=3,
+                  **{**FIT, "elbo": MeanFieldELBO(estimator="sample")})
     assert history["kl"] == [0.0, 0.0, 0.0]
     assert history["loss"][-1] < history["loss"][0]
     assert history["loss"] == pytest.approx(history["nll"])
@@ -338,7 +351,7 @@ def test_fit_updates_batchnorm_statistics_only_in_training_steps():
     x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 2, (16,), generator=g)
     bn = model.net[1]
     assert bn.num_batches_tracked.item() == 0
-    fit(model, guide, x, y, epochs=1, **{**FIT, "batch_size": 16, "num_particles": 1})
+    fit(model, guide, x, y, epochs=1, **{**FIT, "batch_size": 16, "elbo": MeanFieldELBO(estimator="sample")})
     # one epoch of one minibatch with one particle = exactly one training forward pass
     assert bn.num_batches_tracked.item() == 1
 
@@ -388,12 +401,13 @@ def test_bf16_autocast_keeps_the_loss_close_and_the_kl_in_fp32(moons):
     losses = {}
     for precision in ("fp32", "bf16"):
         model, guide = make_run()
-        losses[precision] = fit(model, guide, moons.x_train, moons.y_train, epochs=2, precision=precision,
-                                **FIT).last["loss"]
+        elbo = MeanFieldELBO(2, vectorize_particles=True, estimator="sample", precision=precision)
+        losses[precision] = fit(model, guide, moons.x_train, moons.y_train, epochs=2,
+                                **{**FIT, "elbo": elbo}).last["loss"]
         assert all(p.dtype == torch.float32 for p in guide.parameters())
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.05)
     with pytest.raises(ValueError, match="precision"):
-        fit(*make_run(), moons.x_train, moons.y_train, epochs=1, precision="fp16", **FIT)
+        MeanFieldELBO(estimator="sample", precision="fp16")
 
 
 def test_warmup_ramps_the_rate_per_step_and_leaves_the_epoch_schedule_alone(moons):

@@ -175,6 +175,7 @@ def test_vdp_objective_is_equation_11():
 
 @pytest.mark.parametrize("objective", ["gaussian", "cross_entropy"])
 def test_training_by_moment_propagation_learns(objective):
+    from pyrobnn.infer.elbo import MeanFieldELBO
     from pyrobnn.infer.predict import predict_moments
     from pyrobnn.infer.schedules import Constant
     from pyrobnn.infer.svi import fit
@@ -186,8 +187,8 @@ def test_training_by_moment_propagation_learns(objective):
     net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     model = BayesianNetwork(net, Categorical(vdp_objective=objective))
     guide = NormalGuide(model, init_loc="prior")
-    history = fit(model, guide, x, y, epochs=40, batch_size=50, optimizer=Optim(lr=0.03), estimator="vdp",
-                  beta=Constant(0.1), progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=40, batch_size=50, optimizer=Optim(lr=0.03),
+                  elbo=MeanFieldELBO(estimator="vdp"), beta=Constant(0.1), progress=False, device="cpu")
     assert history["nll"][-1] < 0.5 * history["nll"][0]
     out = predict_moments(model, guide, x)
     assert (out["probs"].argmax(-1) == y).float().mean() > 0.9
@@ -326,6 +327,7 @@ def test_vision_transformer_under_vdp_matches_weight_sampling():
 
 
 def test_vision_transformer_trains_by_moment_propagation():
+    from pyrobnn.infer.elbo import MeanFieldELBO
     from pyrobnn.infer.schedules import Constant
     from pyrobnn.infer.svi import fit
     from pyrobnn.model.likelihoods import Categorical
@@ -336,6 +338,6 @@ def test_vision_transformer_trains_by_moment_propagation():
     y = (x[:, 0, :14].mean((1, 2)) > x[:, 0, 14:].mean((1, 2))).long()  # brighter top half or not
     model = BayesianNetwork(ViT(dim=16, depth=1, heads=2, mlp_dim=32), Categorical(vdp_objective="cross_entropy"))
     guide = NormalGuide(model, init_rho=-5.0, share="row")
-    history = fit(model, guide, x, y, epochs=15, batch_size=32, optimizer=Optim(lr=3e-3), estimator="vdp",
-                  beta=Constant(0.01), progress=False, device="cpu")
+    history = fit(model, guide, x, y, epochs=15, batch_size=32, optimizer=Optim(lr=3e-3),
+                  elbo=MeanFieldELBO(estimator="vdp"), beta=Constant(0.01), progress=False, device="cpu")
     assert history["nll"][-1] < 0.7 * history["nll"][0]

@@ -30,6 +30,7 @@ from rich.table import Table
 from pyrobnn._compat import TorchDispatchMode, tree_flatten
 from pyrobnn.guides import NormalGuide
 from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import make_optimizer
 from pyrobnn.infer.svi import svi_step
 from pyrobnn.model import BayesianNetwork
@@ -111,7 +112,7 @@ def time_steps(steps: dict[str, Callable[[], object]], rounds: int = 5, repeats:
 
 def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method: str = "det",
                   share: str = "weight", num_data: int = 60000, prior=None,
-                  name: str | None = None, compile: bool | str = False) -> Callable[[], object]:
+                  name: str | None = None, compile: str = "auto") -> Callable[[], object]:
     """A closure performing one Adam step on ``(x, y)`` with a copy of ``net``.
 
     ``method`` is ``"det"`` (plain PyTorch cross-entropy) or a key of
@@ -121,14 +122,15 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
     under that estimator's handler (:func:`pyrobnn.handlers.estimator`), as the training loop does.
     ``name`` prefixes the guide's parameters in Pyro's param store (default ``"<method>_step"``);
     steps timed side by side with the same estimator take different names. ``compile`` is
-    :func:`~pyrobnn.infer.svi.svi_step`'s; for ``"det"``, True runs the network under ``torch.compile``.
+    :func:`~pyrobnn.infer.svi.svi_step`'s; for ``"det"``, ``"inductor"`` runs the network under ``torch.compile``
+    and ``"auto"`` or ``"none"`` as it is.
     """
     net = copy.deepcopy(net).to(x.device)
     if method == "det":
-        if compile not in (False, True):
-            raise ValueError(f"compile for the det step is True or False, got {compile!r}")
+        if compile not in ("auto", "none", "inductor"):
+            raise ValueError(f"compile for the det step is 'auto', 'none' or 'inductor', got {compile!r}")
         optim = make_optimizer(net.parameters())
-        forward = torch.compile(net) if compile else net
+        forward = torch.compile(net) if compile == "inductor" else net
 
         def step():
             loss = F.cross_entropy(forward(x), y)
@@ -143,7 +145,7 @@ def training_step(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, method
                             num_data=num_data).to(x.device)
     guide = NormalGuide(model, share=share, name=f"{method}_step" if name is None else name).to(x.device)
     optim = make_optimizer(guide.parameters())
-    return lambda: svi_step(model, guide, optim, x, y, estimator=method, compile=compile)
+    return lambda: svi_step(model, guide, optim, x, y, elbo=MeanFieldELBO(estimator=method), compile=compile)
 
 
 def compare_training_cost(net: torch.nn.Module, input_shape: tuple[int, ...], num_classes: int,

@@ -248,8 +248,7 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
                 for m in range(members):
                     pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of ensemble member m)
                     pairs.append(build(runs[i], held))
-            options = {key: value for key, value in fit_options(runs[stack[0]]).items() if key != "compile"}
-            fit_replicas(pairs, held.x_train, held.y_train, **options, device=device)
+            fit_replicas(pairs, held.x_train, held.y_train, **fit_options(runs[stack[0]]), device=device)
             trained.update((i, pairs[k * members:(k + 1) * members]) for k, i in enumerate(stack))
         fits = trained.pop(index)
         model, guide = fits[0]

@@ -77,7 +77,7 @@ def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: boo
                                   num_chains=mc.num_chains, seed=cfg.output.seed, init_jitter=mc.init_jitter,
                                   map_steps=mc.map_steps, target_accept=mc.target_accept,
                                   max_tree_depth=mc.max_tree_depth,
-                                  sampler=api_value(mc.sampler), compiler=api_value(mc.compiler), jit=mc.jit,
+                                  sampler=api_value(mc.sampler), compile=mc.compile,
                                   progress=progress)
     except RuntimeError as error:
         raise SamplingFailed(str(error)) from error
@@ -162,7 +162,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
         (boundary_plot if classification else predictive_plot)(model, result.posterior(), data, plot, title)
         written.append(plot.name)
     console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights", diagnostics))
-    say(f"{diagnostics['sampler']} sampler ({diagnostics['compiler']}): function space (predictions at "
+    say(f"{diagnostics['sampler']} sampler (compile {diagnostics['compile']}): function space (predictions at "
         f"{diagnostics['prediction_points']} training inputs): split R-hat max "
         f"{diagnostics['prediction_r_hat_max']:.3f}, bulk ESS min {diagnostics['prediction_ess_min']:.0f}")
     console.print(metrics_table(f"test metrics ({result.num_draws} draws)", {"nuts": metrics}))

@@ -45,11 +45,12 @@ from pyrobnn.guides import GUIDES
 from pyrobnn.guides.base import SHARING
 from pyrobnn.guides.normal import PARAMETERIZATIONS
 from pyrobnn.handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
-from pyrobnn.infer.batched_nuts import COMPILERS
+from pyrobnn.infer.elbo import PRECISIONS, MeanFieldELBO
 from pyrobnn.infer.mcmc import SAMPLERS, sample_posterior
 from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
+from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import SCHEDULES
-from pyrobnn.infer.svi import PRECISIONS, TRACE, fit
+from pyrobnn.infer.svi import fit
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
@@ -107,9 +108,6 @@ __all__ = [
     "COMPILE_MODES", "TAU", "PROTOCOL", "grid_entry", "noise_precision", "TOY_DATASETS", "MCMC_MODELS",
     "MCMC_MAX_WEIGHTS", "toy_dataset", "mcmc_dataset",
 ]
-
-COMPILE_MODES = {"none": False, "trace": TRACE, "inductor": True}
-"""``--compile`` -> the ``compile`` argument of :func:`~pyrobnn.infer.svi.fit`."""
 
 ESTIMATORS: tuple[str, ...] = tuple(_ESTIMATOR_REGISTRY)
 """Names of the gradient estimators (the keys of :data:`pyrobnn.handlers.ESTIMATORS`)."""
@@ -385,18 +383,20 @@ class OptimOptions:
     variational_lr_factor: Annotated[float, _flat()] = 1.0
     ("Learning rate of the guide's parameters, times --lr (the network's point weights keep --lr): the large "
      "variational rate of implicit BNNs (Trinh et al. 2020); 1: one rate.")
-    num_particles: Annotated[int, _flat()] = _default(fit, "num_particles")
+    num_particles: Annotated[int, _flat()] = _default(MeanFieldELBO, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
-    precision: Annotated[_choices(PRECISIONS), _flat()] = _default(fit, "precision")
+    precision: Annotated[_choices(PRECISIONS), _flat()] = _default(MeanFieldELBO, "precision")
     """Arithmetic of the network: fp32, or bf16 autocast (the KL and log-likelihood stay in fp32)."""
-    estimator: Annotated[EstimatorName, _flat()] = _default(fit, "estimator")
+    estimator: Annotated[EstimatorName, _flat()] = "sample"
     ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
      "propagation, deterministic (Dera et al. 2019).")
-    compile: Annotated[_choices(COMPILE_MODES), _flat()] = "none"
-    ("How each step's loss and gradient run: none (eagerly), or recorded once per batch shape as one graph and "
-     "replayed: trace (as recorded: the eager numbers without the per-step Python and autograd, for small networks) "
-     "or inductor (compiled by torch.compile, which fuses the elementwise work of large layers; seconds to compile); "
-     "a model that cannot compile trains eagerly after one warning. --grid points always train traced.")
+    compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(fit, "compile")
+    ("How each step's loss and gradient run: none (eagerly, from Python), or recorded once per batch shape as one "
+     "graph and replayed: trace (as recorded: the eager numbers without the per-step Python and autograd), inductor "
+     "(compiled by TorchInductor, which fuses the elementwise work; seconds to compile); auto: trace on a CPU, "
+     "inductor on a run of 3,000 steps or more and on a GPU (the header line says which, and why). Under auto a model "
+     "that cannot be recorded trains eagerly after one line saying why; an explicit mode that cannot run is an "
+     "error.")
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
     seed: Annotated[int, _flat()] = _default(fit, "seed")
     """Random seed: subsets, weight initialisation, noise, data order, test predictions."""
@@ -628,12 +628,11 @@ class MCMCOptions:
     sampler: Annotated[_choices(SAMPLERS), _flat()] = _default(sample_posterior, "sampler")
     ("batched: every chain in one pass of the network per leapfrog step; pyro: Pyro's NUTS, one chain after the "
      "other; auto: batched when the network can run it.")
-    compiler: Annotated[_choices(COMPILERS), _flat()] = _default(sample_posterior, "compiler")
-    ("How the batched sampler runs a leapfrog step: script (TorchScript graph, built at once), inductor (fused "
-     "kernels, seconds to build, several times faster), auto (script, then inductor once the run is long enough), "
-     "eager.")
-    jit: Annotated[bool, _flat()] = _default(sample_posterior, "jit")
-    """--sampler pyro: compile the potential energy and its gradient with the PyTorch JIT."""
+    compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(sample_posterior, "compile")
+    ("How a leapfrog step runs (the network's forward and backward pass and the sampler's bookkeeping): none "
+     "(eagerly), trace (one graph, recorded at once), inductor (fused kernels, seconds to build, several times "
+     "faster), auto (trace, then inductor once the run is long enough). With --sampler pyro: trace records the "
+     "potential energy (the PyTorch JIT), auto and none run it eagerly.")
     grid: Annotated[tuple[str, ...], _flat(metavar="{tau=V1,V2,...,protocol}")] = ()
     ("Choose the Gaussian noise precision tau (in the target's original units: likelihood.scale = 1 / (sqrt(tau) "
      "y_std)) on an 80/20 split of the training set, the test set unseen: a short NUTS run (--grid-samples) on 80 "

@@ -16,12 +16,13 @@ from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive
 from pyrobnn.cli.build import beta_schedule, build, build_network, dataset_options, make_optimizer_factory
-from pyrobnn.cli.options import COMPILE_MODES, RESUMABLE, MCMCConfig, RunConfig
+from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.mcmc import MCMCResult
 from pyrobnn.infer.predict import predict, predict_moments
 
@@ -80,8 +81,14 @@ def fit_options(cfg: RunConfig) -> dict:
     optimiser, β schedule, particles, estimator, seed, precision and compilation (``--compile``)."""
     opt = cfg.optim
     return dict(epochs=opt.epochs, batch_size=opt.batch_size, optimizer=make_optimizer_factory(cfg),
-                beta=beta_schedule(cfg), num_particles=opt.num_particles, estimator=opt.estimator, seed=opt.seed,
-                precision=opt.precision, compile=COMPILE_MODES[opt.compile])
+                beta=beta_schedule(cfg), elbo=objective_of(cfg), seed=opt.seed, compile=opt.compile)
+
+
+def objective_of(cfg: RunConfig) -> MeanFieldELBO:
+    """The run's objective: its estimator, ``--num-particles`` drawn in one batched pass, its precision."""
+    opt = cfg.optim
+    return MeanFieldELBO(opt.num_particles, vectorize_particles=True, estimator=opt.estimator,
+                         precision=opt.precision)
 
 
 def load_ood(name: str, cfg, data):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pyro
@@ -31,6 +32,9 @@ from pyrobnn.cli.runs import (
 )
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
+from pyrobnn.infer.recording import is_convolutional
+from pyrobnn.infer.recording import resolve as resolve_compile
+from pyrobnn.infer.svi import Checkpoint
 
 __all__ = ["train"]
 
@@ -78,9 +82,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
         load_states(checkpoint, resumed, model, guide)
     elif cfg.output.resume:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
+    steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)
+    executor, why = resolve_compile(cfg.optim.compile, device, steps, is_convolutional(model, guide))
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model {cfg.model.name}, "
         f"{len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior {prior_name(cfg.prior)}, "
-        f"beta {schedule}, estimator {cfg.optim.estimator}, device {device}")
+        f"beta {schedule}, estimator {cfg.optim.estimator}, device {device}, compile {executor} ({why})")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
         callbacks.append(Validation(data.x_val, data.y_val))
@@ -88,11 +94,12 @@ def train(cfg: RunConfig) -> dict[str, float]:
     opt = cfg.optim
     transform = augmentation(cfg, data)
     history = trainer(cfg, data)(
-        model, guide, data.x_train, data.y_train, **fit_options(cfg), device=device, checkpoint=checkpoint,
-        resume=cfg.output.resume, config=cfg.to_dict(), progress=cfg.output.progress, on_epoch_end=callbacks,
-        transform=transform,
+        model, guide, data.x_train, data.y_train, **fit_options(cfg), device=device,
+        checkpoint=Checkpoint(checkpoint, resume=cfg.output.resume, config=cfg.to_dict()),
+        progress=cfg.output.progress, on_epoch_end=callbacks, transform=transform,
     )
-    report = {"history": history.epochs, "config": cfg.to_dict(),
+    report = {"history": history.epochs, "config": cfg.to_dict(), "compile": history.compile,
+              "compile_reason": history.compile_reason,
               "train_peak_memory_gb": process_peak_bytes(device) / 1e9}
     if selection is not None:
         report["selection"] = selection

@@ -26,9 +26,8 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyrobnn.checks import choice, one_line
+from pyrobnn.checks import one_line
 from pyrobnn.infer.hmc_util import (
     DualAveraging,
     PotentialAndGrad,
@@ -42,19 +41,17 @@ from pyrobnn.infer.hmc_util import (
     kinetic_energy,
     leapfrog,
 )
+from pyrobnn.infer.recording import check_mode, record, replay
 
-__all__ = ["BatchedNUTS", "Transition", "sample_chains", "compiled", "COMPILERS"]
-
-COMPILERS = ("auto", "inductor", "script", "eager")
-"""How :class:`BatchedNUTS` runs a leaf of the tree (see its ``compiler``)."""
+__all__ = ["BatchedNUTS", "Transition", "sample_chains", "compiled"]
 
 AUTO_INDUCTOR_LEAVES = 40_000
-"""``compiler="auto"`` compiles with inductor once the run is projected to take more leaves than this after
+"""``compile="auto"`` compiles with inductor once the run is projected to take more leaves than this after
 the switch (each leaf weighted by its state's size, :data:`AUTO_INDUCTOR_STATE`): on a 2-core CPU inductor
 compiles for 4-10 s and saves a few hundred microseconds per leaf of a small state."""
 
 AUTO_INDUCTOR_STATE = 12_000
-"""For ``compiler="auto"`` a leaf of C chains of D weights counts as :math:`1 + CD/` this many leaves: what
+"""For ``compile="auto"`` a leaf of C chains of D weights counts as :math:`1 + CD/` this many leaves: what
 inductor saves per leaf grows with the state it fuses the sampler's elementwise steps over (2-core CPU, C = 2:
 340 µs at D = 151, 390 µs at D = 769, 4 ms at D = 66,561, where TorchScript takes 5.7 ms)."""
 
@@ -71,26 +68,17 @@ MAX_DELTA_ENERGY = 1000.0
 NumPyro's threshold)."""
 
 
-def compiled(fn, example: tuple, compiler: str):
+def compiled(fn, example: tuple, compile: str):
     """``fn`` (tensors in, a tuple of tensors out) as one graph of ATen operations, forward and backward passes
-    included (``make_fx`` runs it once on ``example`` and records every operation), run by TorchScript
-    (``"script"``, built in milliseconds) or compiled by TorchInductor into fused C++ (or Triton) kernels
-    (``"inductor"``, seconds to build, then several times faster than TorchScript on small networks, whose cost
-    is the number of operations); ``"eager"`` returns ``fn`` itself. The graph is checked against ``fn`` on
-    ``example``; a graph that differs (control flow on tensor values, frozen by the trace) is refused with a
-    ``RuntimeError``."""
-    if compiler == "eager":
+    included (:func:`~pyrobnn.infer.recording.record` on ``example``), replayed by ``compile``
+    (:func:`~pyrobnn.infer.recording.replay`: ``"trace"``, built in milliseconds, or ``"inductor"``, fused kernels,
+    seconds to build, then several times faster on small networks, whose cost is the number of operations);
+    ``"none"`` returns ``fn`` itself. The graph is checked against ``fn`` on ``example``; a graph that differs
+    (control flow on tensor values, frozen by the recording) is refused with a ``RuntimeError``."""
+    if compile == "none":
         return fn
-    example = tuple(value.clone() for value in example)  # the trace tells inputs apart by identity
-    graph = make_fx(fn)(*example)
-    if compiler == "script":
-        with warnings.catch_warnings():  # torch.jit is deprecated in favour of torch.compile, which compiles for
-            warnings.simplefilter("ignore")  # seconds per graph on a small CPU (compiler="inductor")
-            graph = torch.jit.trace(graph, example, check_trace=False)
-    else:  # the graph alone, no Python around it: torch.compile's guards would cost more than the graph here
-        from torch._inductor import compile as inductor_compile
-
-        graph = inductor_compile(graph, list(example))
+    example = tuple(value.clone() for value in example)  # the recording tells inputs apart by identity
+    graph = replay(record(fn, example), example, compile)
     expected, got = fn(*example), graph(*example)
     # a fused graph rounds differently: energies are differences of large numbers, so compare on their scale
     scale = 1 + max(float(value.abs().max()) for value in (*example, *expected)
@@ -98,8 +86,8 @@ def compiled(fn, example: tuple, compiler: str):
     for a, b in zip(expected, got):
         if not (a.shape == b.shape and (torch.equal(a, b) if a.dtype == torch.bool else torch.allclose(
                 a, b, rtol=1e-3, atol=1e-5 * scale, equal_nan=True))):
-            raise RuntimeError(f"compiler={compiler!r}: the traced graph differs from the eager computation (does "
-                               "the network branch on tensor values?); use compiler='eager'")
+            raise RuntimeError(f"compile={compile!r}: the recorded graph differs from the eager computation (does "
+                               "the network branch on tensor values?); use compile='none'")
     return graph
 
 
@@ -123,24 +111,24 @@ class BatchedNUTS:
     :param potential_and_grad: ``z (C, D) -> (U (C,), ∇U (C, D))``, one batched evaluation.
     :param max_tree_depth: at most ``2**max_tree_depth - 1`` leapfrog steps per transition.
     :param generator: the source of every random number (momenta, directions, multinomial choices).
-    :param compiler: how a leaf of the tree (:func:`~pyrobnn.infer.hmc_util.extend_subtree`: a leapfrog step with
+    :param compile: how a leaf of the tree (:func:`~pyrobnn.infer.hmc_util.extend_subtree`: a leapfrog step with
         the potential's forward and backward pass, and the sampler's bookkeeping) runs, as one graph (see
-        :func:`compiled`): ``"script"`` (TorchScript, built in milliseconds), ``"inductor"`` (fused kernels,
-        built in seconds, several times faster per leaf), ``"auto"`` (``"script"`` until :meth:`upgrade` is
-        called, then ``"inductor"``), or ``"eager"`` (from Python, operation by operation: for networks whose
+        :func:`compiled`): ``"trace"`` (TorchScript, built in milliseconds), ``"inductor"`` (fused kernels,
+        built in seconds, several times faster per leaf), ``"auto"`` (``"trace"`` until :meth:`upgrade` is
+        called, then ``"inductor"``), or ``"none"`` (from Python, operation by operation: for networks whose
         forward pass branches on the values of tensors, which a trace would freeze). A graph that cannot be
         built falls back to the next simpler way, with a warning.
     """
 
     def __init__(self, potential_and_grad: PotentialAndGrad, *, max_tree_depth: int = 10,
                  max_delta_energy: float = MAX_DELTA_ENERGY, generator: torch.Generator | None = None,
-                 compiler: str = "auto"):
+                 compile: str = "auto"):
         self.potential_and_grad = potential_and_grad
         self.max_tree_depth = max_tree_depth
         self.max_delta_energy = max_delta_energy
         self.generator = generator
-        self.compiler = choice("compiler", compiler, COMPILERS)
-        self.leaf_compiler = "script" if self.compiler == "auto" else self.compiler
+        self.compile = check_mode(compile)
+        self.leaf_compile = "trace" if self.compile == "auto" else self.compile
         self.leaves = 0  # leaf steps taken (one batched potential evaluation each)
         self.narrow = None  # whether a leaf's graph checks one checkpoint (NARROW_CHECK_STATE), set at the first leaf
         self._leaf = self._potential = self._example = None
@@ -161,28 +149,28 @@ class BatchedNUTS:
         transition at most: building it fast matters more than running it fast)."""
         if self._potential is None:
             self._potential, _ = self._compiled(self.potential_and_grad, (z,),
-                                                "eager" if self.compiler == "eager" else "script")
+                                                "none" if self.compile == "none" else "trace")
         return self._potential(z)
 
     def upgrade(self) -> None:
-        """With ``compiler="auto"``: compile the leaf step with inductor from now on (for a run long enough to repay
+        """With ``compile="auto"``: compile the leaf step with inductor from now on (for a run long enough to repay
         seconds of compilation). Does nothing before the first transition, a second time, or with another
         compiler."""
-        if self.compiler == "auto" and self._example is not None and not self._upgraded:
+        if self.compile == "auto" and self._example is not None and not self._upgraded:
             self._upgraded = True
-            self._leaf, self.leaf_compiler = self._compiled(self._extend, self._example, "inductor")
+            self._leaf, self.leaf_compile = self._compiled(self._extend, self._example, "inductor")
 
     def _compiled(self, fn, example: tuple, compiler: str):
         """``(graph, compiler)``: ``fn`` as a ``compiler`` graph, or, when that cannot be built, as the next simpler
-        one (``"script"``, then ``"eager"``), with a warning."""
-        ladder = ("inductor", "script", "eager")
+        one (``"trace"``, then ``"none"``), with a warning."""
+        ladder = ("inductor", "trace", "none")
         for attempt in ladder[ladder.index(compiler):]:
             try:
                 return compiled(fn, example, attempt), attempt
-            except (RuntimeError, TypeError, NotImplementedError) as error:  # how tracing refuses what it cannot run
+            except (RuntimeError, TypeError, NotImplementedError, ValueError) as error:  # how a recording refuses
                 warnings.warn(f"NUTS cannot build the {attempt} graph of its leapfrog step, so it runs a slower one: "
                               f"{one_line(error, 300)}", RuntimeWarning, stacklevel=3)
-        raise AssertionError("unreachable: compiled(fn, example, 'eager') is fn")
+        raise AssertionError("unreachable: compiled(fn, example, 'none') is fn")
 
     def _extend(self, *args):
         tree, rest = Subtree(*args[:len(Subtree._fields)]), args[len(Subtree._fields):]
@@ -283,7 +271,7 @@ class BatchedNUTS:
             self._example = tuple(value.clone() for value in (
                 *tree, *self._leaf_checks(*checkpoint_range(0), checkpoints, leaf), self._first(True, leaf),
                 uniforms[0], step, half_step, inverse_mass, energy0))
-            self._leaf, self.leaf_compiler = self._compiled(self._extend, self._example, self.leaf_compiler)
+            self._leaf, self.leaf_compile = self._compiled(self._extend, self._example, self.leaf_compile)
         check_every_leaf = leaf.device.type == "cpu"
         for i in range(num_leaves):
             low, high = checkpoint_range(i)
@@ -334,11 +322,11 @@ class BatchedNUTS:
 def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, num_samples: int, warmup: int,
                   target_accept: float = 0.8, max_tree_depth: int = 10, generator: torch.Generator | None = None,
                   progress: bool = False, max_delta_energy: float = MAX_DELTA_ENERGY,
-                  compiler: str = "auto") -> tuple[torch.Tensor, dict]:
+                  compile: str = "auto") -> tuple[torch.Tensor, dict]:
     """Run C chains of NUTS from ``init`` ``(C, D)``: ``warmup`` adapting iterations (discarded), then
     ``num_samples`` kept.
 
-    :param compiler: see :class:`BatchedNUTS`. With ``"auto"`` the leaf step starts as a TorchScript graph; after
+    :param compile: see :class:`BatchedNUTS`. With ``"auto"`` the leaf step starts as a TorchScript graph; after
         16, 32, 64, ... iterations the leaves still to come are projected from those taken so far, and once
         they exceed :data:`AUTO_INDUCTOR_LEAVES` (weighted by the state's size, :data:`AUTO_INDUCTOR_STATE`) the step
         is compiled with inductor. The decision depends on counts and sizes only, so the same seed gives the same
@@ -346,10 +334,10 @@ def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, n
     :returns: ``(draws, stats)``: draws ``(C, num_samples, D)``; ``stats`` holds per draw ``(C, num_samples)``
         ``accept_prob``, ``num_steps``, ``tree_depth``, ``diverging``, ``energy``, and per chain ``step_size``
         ``(C,)``, ``inverse_mass`` ``(C, D)``, ``warmup_divergences`` ``(C,)``; and ``leaves`` (batched leapfrog
-        steps taken, warm-up included) and ``compiler`` (the leaf step's at the end).
+        steps taken, warm-up included) and ``compile`` (the leaf step's executor at the end).
     """
     kernel = BatchedNUTS(potential_and_grad, max_tree_depth=max_tree_depth, max_delta_energy=max_delta_energy,
-                         generator=generator, compiler=compiler)
+                         generator=generator, compile=compile)
     z = init.detach().clone()
     chains, dim = z.shape
     potential, grad = kernel.potential(z)
@@ -400,7 +388,7 @@ def sample_chains(potential_and_grad: PotentialAndGrad, init: torch.Tensor, *, n
         bar.close()
     stats = {name: torch.stack(values, 1) if values else z.new_empty(chains, 0) for name, values in record.items()}
     stats.update(step_size=step_size, inverse_mass=inverse_mass, warmup_divergences=warmup_divergences,
-                 leaves=kernel.leaves, compiler=kernel.leaf_compiler)
+                 leaves=kernel.leaves, compile=kernel.leaf_compile)
     return draws.transpose(0, 1), stats
 
 

@@ -8,9 +8,10 @@ where s is each site's scale: N/B for the data (``pyro.plate`` subsampling),
 wherever ``torch.distributions.kl_divergence`` knows the pair (``register_kl``
 adds more) and the single-sample estimate ``log q(w) - log p(w)`` otherwise
 (e.g. the scale-mixture prior), averaged over the particles' weight samples when
-the handlers draw S of them in one pass. Guide sites the model does not have (the
-auxiliary sites of Pyro's autoguides) add their :math:`\log q`, so for any guide
-with reparameterized sites the loss equals ``Trace_ELBO``'s in expectation. Unlike
+the estimator's handler draws S of them in one pass (``vectorize_particles=True``).
+Guide sites the model does not have (the auxiliary sites of Pyro's autoguides) add
+their :math:`\log q`, so for any guide with reparameterized sites the loss equals
+``Trace_ELBO``'s in expectation. Unlike
 ``TraceMeanField_ELBO`` it evaluates a prior's log-density only when no closed form
 exists, and reports the data and KL terms separately for logging. The sites of one joint posterior (a
 :class:`~pyrobnn.guides.normal.JointNormal`: every site of a ``NormalGuide``) under one prior law and one β get
@@ -19,6 +20,7 @@ their KL in one computation over all weights (:meth:`~pyrobnn.guides.normal.Join
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -28,11 +30,15 @@ from pyro.infer import ELBO
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
+from pyrobnn.checks import choice, positive_int
+from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.distribution_tensor import DistributionTensor
 from pyrobnn.handlers.families import base_distribution
 from pyrobnn.handlers.lazy_value import unscored
+from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
 
-__all__ = ["MeanFieldELBO", "ELBOTerms"]
+__all__ = ["MeanFieldELBO", "ELBOTerms", "PRECISIONS"]
 
 
 class ELBOTerms(NamedTuple):
@@ -91,27 +97,74 @@ def _check_reparameterized(site) -> None:
         )
 
 
-class MeanFieldELBO(ELBO):
-    """Negative ELBO averaged over ``num_particles`` posterior samples, drawn in a loop.
+PRECISIONS = ("fp32", "bf16")
+"""Arithmetic of the network's matmuls and convolutions: float32, or bfloat16 under ``torch.autocast`` (the
+KL, the guide's parameters and the log-likelihood stay in float32)."""
 
-    Usable as the ``loss`` of :class:`pyro.infer.SVI`, or directly:
-    ``terms = elbo.terms(model, guide, x, y)`` gives the loss, the NLL and the KL.
-    S particles in one pass come from an estimator handler instead
-    (``weight_sampling(num_particles=S, batch_size=B)``), so ``vectorize_particles`` is refused.
+
+class MeanFieldELBO(ELBO):
+    """Negative ELBO averaged over ``num_particles`` posterior samples: the objective of a training step as one
+    object, as Pyro's ``Trace_ELBO(num_particles, vectorize_particles)`` is.
+
+    Usable as the ``loss`` of :class:`pyro.infer.SVI`, or directly: ``terms = elbo.terms(model, guide, x, y)`` gives
+    the loss, the NLL and the KL.
+
+    :param num_particles: S, the posterior samples averaged per step.
+    :param vectorize_particles: draw the S particles in one batched pass of the network (the particle layout of
+        :mod:`pyrobnn.handlers.particles`, under the estimator's handler) instead of a loop; a network that cannot
+        run them in one pass (a Bayesian parameter used on the input shared by the particles) falls back to the loop.
+    :param estimator: a key of :data:`pyrobnn.handlers.ESTIMATORS` whose handler the terms are computed under
+        (``"sample"`` weight sampling, ``"local"`` local reparameterization, ``"flipout"``, ``"vdp"``), or None: the
+        handlers around the call, if any (a plain Pyro script's ``with local_reparameterization(): svi.step()``).
+    :param precision: ``"fp32"``, or ``"bf16"``: the network under ``torch.autocast`` (:data:`PRECISIONS`).
     """
 
-    def __init__(self, num_particles: int = 1, vectorize_particles: bool = False, **kwargs):
-        if vectorize_particles:
-            raise ValueError(
-                "MeanFieldELBO(vectorize_particles=True) is not supported: a network takes one weight per "
-                "layer; vectorize with a handler instead, e.g. `with weight_sampling(num_particles=S, "
-                "batch_size=B): svi.step(x, y)` (or fit(..., num_particles=S))"
-            )
-        super().__init__(num_particles=num_particles, **kwargs)
+    def __init__(self, num_particles: int = 1, vectorize_particles: bool = False, *, estimator: str | None = None,
+                 precision: str = "fp32", **kwargs):
+        num_particles = positive_int("num_particles", num_particles)
+        if estimator is not None and not ESTIMATORS[choice("estimator", estimator, ESTIMATORS)].stochastic \
+                and num_particles > 1:
+            raise ValueError(f"estimator={estimator!r} propagates moments deterministically: num_particles must be "
+                             f"1, got {num_particles}")
+        self.estimator, self.precision = estimator, choice("precision", precision, PRECISIONS)
+        super().__init__(num_particles=num_particles, vectorize_particles=vectorize_particles, **kwargs)
+
+    def __repr__(self):
+        return (f"MeanFieldELBO(num_particles={self.num_particles}, vectorize_particles={self.vectorize_particles}, "
+                f"estimator={self.estimator!r}, precision={self.precision!r})")
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether a step draws (every estimator but VDP++'s moments)."""
+        return self.estimator is None or ESTIMATORS[self.estimator].stochastic
 
     def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        x = args[0] if args and torch.is_tensor(args[0]) else None
+        arithmetic = contextlib.nullcontext() if self.precision == "fp32" or x is None else \
+            torch.autocast(device_type=x.device.type, dtype=torch.bfloat16)
+        vectorized = self.vectorize_particles and self.num_particles > 1
+        if vectorized and x is None:
+            raise ValueError("MeanFieldELBO(vectorize_particles=True) needs the input batch as the model's first "
+                             "argument: its rows lay out the particles")
+        if self.estimator is None and not vectorized:
+            with arithmetic:
+                return self._terms(model, guide, args, kwargs, self.num_particles)
+        name = self.estimator or "sample"
+        warn = self.estimator not in (None, "sample") or vectorized  # one weight sample is no choice to report
+        try:
+            with arithmetic, estimator_handler(name, self.num_particles if vectorized else 1,
+                                               len(x) if vectorized else None, warn=warn) as handler, \
+                    mismatched_rows_unsupported(handler.particles):
+                return self._terms(model, guide, args, kwargs, 1 if vectorized else self.num_particles)
+        except ParticlesUnsupported:
+            if not vectorized:
+                raise
+        with arithmetic, estimator_handler(name, 1, warn=warn):  # the particles in a loop
+            return self._terms(model, guide, args, kwargs, self.num_particles)
+
+    def _terms(self, model, guide, args, kwargs, loops: int) -> ELBOTerms:
         nlls, kls, weighted = [], [], _Weighted()
-        for _ in range(self.num_particles):
+        for _ in range(loops):
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
             joints: dict = {}  # the sites of one JointNormal with one prior law and one scale: one KL
             for name, site in model_trace.nodes.items():
@@ -151,7 +204,7 @@ class MeanFieldELBO(ELBO):
         nll = -_total(nlls) if nlls else torch.zeros(())
         kl = _total(kls).detach() if kls else torch.zeros(())
         loss = weighted.total() + nll if kls else nll
-        n = self.num_particles
+        n = loops
         if n == 1:
             return ELBOTerms(loss, nll.detach(), kl)
         return ELBOTerms(loss / n, nll.detach() / n, kl / n)

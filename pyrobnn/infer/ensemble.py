@@ -18,6 +18,7 @@ trained (its sites could be made Bayesian with ``include=``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,7 +30,7 @@ from pyrobnn._compat import BatchNormBase
 from pyrobnn.checks import positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.guides.point import point_values
-from pyrobnn.infer.svi import Callback, History, fit
+from pyrobnn.infer.svi import Callback, Checkpoint, History, fit
 
 __all__ = ["EnsembleResult", "fit_ensemble", "member_checkpoint", "trained_state"]
 
@@ -59,6 +60,16 @@ class EnsembleResult:
         """Every member's per-epoch records, member after member (as :attr:`History.epochs`)."""
         return [record for history in self.histories for record in history.epochs]
 
+    @property
+    def compile(self) -> str | None:
+        """The executor the members' steps ran by (:attr:`History.compile`: the same rule chose it for each)."""
+        return self.histories[0].compile if self.histories else None
+
+    @property
+    def compile_reason(self) -> str | None:
+        """Why :attr:`compile` was chosen."""
+        return self.histories[0].compile_reason if self.histories else None
+
     def posterior(self) -> PosteriorDraws:
         """The empirical posterior: call m replays member m (predict with ``num_samples=len(result)``)."""
         return PosteriorDraws(self.draws)
@@ -87,9 +98,9 @@ def _tag(member: int) -> Callback:
 
 
 def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int,
-                 make_member: Callable[[int], tuple], seed: int = 0, checkpoint: str | Path | None = None,
-                 resume: bool = False, on_epoch_end: Callback | Sequence[Callback] | None = None,
-                 **fit_options) -> EnsembleResult:
+                 make_member: Callable[[int], tuple], seed: int = 0,
+                 checkpoint: "Checkpoint | str | Path | None" = None,
+                 on_epoch_end: Callback | Sequence[Callback] | None = None, **fit_options) -> EnsembleResult:
     """Train a deep ensemble of ``members`` MAP fits, as :func:`~pyrobnn.infer.svi.fit` trains one, and return their
     empirical posterior (:class:`EnsembleResult`).
 
@@ -100,9 +111,9 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
     :param make_member: ``m -> (model, guide)`` of member m >= 1, called after ``pyro.set_rng_seed(seed + m)`` (its
         own initialisation); the same network and guide as member 0.
     :param seed: member m trains with ``seed + m`` (its own data order and noise).
-    :param checkpoint: member m's checkpoint is :func:`member_checkpoint` (written as
-        :func:`~pyrobnn.infer.svi.fit` writes one); with ``resume`` each
-        member continues from its own (a finished member trains no further).
+    :param checkpoint: a path or a :class:`~pyrobnn.infer.svi.Checkpoint`: member m's is :func:`member_checkpoint`
+        (written as :func:`~pyrobnn.infer.svi.fit` writes one); with ``resume`` each member continues from its own (a
+        finished member trains no further).
     :param on_epoch_end: callbacks of every member's :func:`fit`, after one that sets the record's ``"member"``.
     :param fit_options: the other options of :func:`~pyrobnn.infer.svi.fit` (epochs, optimizer, device, ...).
     :raises ValueError: a guide that is no point estimate, or a network with trained deterministic state
@@ -116,8 +127,7 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
             f"the network has trained deterministic state ({', '.join(state[:3])}{', ...' if len(state) > 3 else ''})"
             " of which each ensemble member would need its own, but an empirical posterior replays only the Bayesian "
             "sites: use a network without BatchNorm or a learned noise scale (or make those parameters Bayesian)")
-    if resume and checkpoint is None:
-        raise ValueError("resume=True needs checkpoint=<path of member 0's checkpoint>")
+    checkpoint = Checkpoint.of(checkpoint)
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
     guides, histories = [], []
@@ -127,9 +137,10 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
             member, member_guide = make_member(m)
         else:
             member, member_guide = model, guide
-        history = fit(member, member_guide, x, y, seed=seed + m,
-                      checkpoint=None if checkpoint is None else member_checkpoint(checkpoint, m), resume=resume,
-                      on_epoch_end=[_tag(m), *callbacks], **fit_options)
+        own = None if checkpoint is None else dataclasses.replace(checkpoint,
+                                                                  path=member_checkpoint(checkpoint.path, m))
+        history = fit(member, member_guide, x, y, seed=seed + m, checkpoint=own, on_epoch_end=[_tag(m), *callbacks],
+                      **fit_options)
         histories.append(history)
         guides.append(member_guide)
     return EnsembleResult.of(model, guides, histories)

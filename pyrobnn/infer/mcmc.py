@@ -34,8 +34,9 @@ from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
-from pyrobnn.infer.batched_nuts import COMPILERS, sample_chains
+from pyrobnn.infer.batched_nuts import sample_chains
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
+from pyrobnn.infer.recording import check_mode
 from pyrobnn.model.protocol import network_model
 
 __all__ = ["FlatPotential", "check_prior", "MCMCResult", "sample_posterior", "run_chain", "summarise",
@@ -116,7 +117,7 @@ class MCMCResult:
 
 def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
                      num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
-                     max_tree_depth: int = 10, sampler: str = "auto", compiler: str = "auto", jit: bool = False,
+                     max_tree_depth: int = 10, sampler: str = "auto", compile: str = "auto",
                      progress: bool = False,
                      max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None, map_steps: int = 0,
                      prediction_x: torch.Tensor | None = None) -> MCMCResult:
@@ -131,14 +132,14 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     :param sampler: ``"batched"``: all chains in lockstep, one batched pass of the network per leapfrog step
         (:mod:`pyrobnn.infer.batched_nuts`); ``"pyro"``: Pyro's NUTS, one chain after the other; ``"auto"``:
         batched when the network can run several weight vectors in one pass, else Pyro's.
-    :param compiler: the batched sampler runs each leapfrog step (the network's forward and backward pass and the
-        sampler's bookkeeping) as one graph (:func:`~pyrobnn.infer.batched_nuts.compiled`): ``"script"``
-        (TorchScript, built in milliseconds), ``"inductor"`` (fused kernels: seconds to build, then several times
-        faster), ``"auto"`` (TorchScript, switching to inductor once the run is projected to be long enough to
-        repay its compilation; the same seed still gives the same draws) or ``"eager"`` (no graph: for networks
-        that branch on tensor values).
-    :param jit: Pyro's sampler: trace its potential once with ``torch.jit.trace`` (:meth:`FlatPotential.compile`)
-        instead of running the network from Python at every leapfrog step.
+    :param compile: how a leapfrog step runs (:data:`~pyrobnn.infer.recording.COMPILE_MODES`). The batched
+        sampler runs each (the network's forward and backward pass and the sampler's bookkeeping) as one graph
+        (:func:`~pyrobnn.infer.batched_nuts.compiled`): ``"trace"`` (recorded and replayed, built in milliseconds),
+        ``"inductor"`` (fused kernels: seconds to build, then several times faster), ``"auto"`` (``"trace"``,
+        switching to inductor once the run is projected to be long enough to repay its compilation; the same seed
+        still gives the same draws) or ``"none"`` (no graph: for networks that branch on tensor values). Pyro's
+        sampler records its potential with ``torch.jit.trace`` under ``"trace"``
+        (:meth:`FlatPotential.compile`) and runs it from Python otherwise.
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
@@ -165,7 +166,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
     max_data = positive_int("max_data (the largest full-batch training set)", max_data)
     sampler = choice("sampler", sampler, SAMPLERS)
-    compiler = choice("compiler", compiler, COMPILERS)
+    compile = check_mode(compile)
     if not torch.is_tensor(x) or not torch.is_tensor(y):
         raise TypeError(f"x and y must be tensors, got {type(x).__name__} and {type(y).__name__}")
     if x.shape[0] != y.shape[0]:
@@ -189,7 +190,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
             if sampler == "batched":
                 raise ValueError(f"sampler='batched': {error}; use sampler='pyro' (Pyro's NUTS, one pass per "
                                  "chain)") from None
-    if jit and batched is None:
+    if compile == "trace" and batched is None:
         potential.compile()
     tick = time.perf_counter()
     if map_steps:  # one search per distinct start
@@ -203,9 +204,9 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         with pyro.validation_enabled(False):
             flat_draws, stats = sample_chains(batched, starts, num_samples=num_samples, warmup=warmup,
                                               target_accept=target_accept, max_tree_depth=max_tree_depth,
-                                              generator=generator, progress=progress, compiler=compiler)
+                                              generator=generator, progress=progress, compile=compile)
         per_chain = _batched_chain_stats(flat_draws, stats, max_tree_depth)
-        engine = {"compiler": stats["compiler"], "leaves": stats["leaves"]}
+        engine = {"compile": stats["compile"], "leaves": stats["leaves"]}
         stats = {k: v.detach().cpu() for k, v in stats.items() if k in ("accept_prob", "num_steps", "tree_depth",
                                                                          "diverging", "energy")}
         stats["step_size"] = torch.tensor([c["step_size"] for c in per_chain])[:, None].expand(-1, num_samples)
@@ -220,7 +221,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
             per_chain.append(chain_stats)
         flat_draws = torch.stack(chains)
         stats = {"diverging": torch.stack([c.pop("diverging") for c in per_chain])}
-        engine = {"compiler": "jit" if jit else "eager"}
+        engine = {"compile": "trace" if compile == "trace" else "none"}
     seconds = time.perf_counter() - tick
     draws = potential.unflatten(flat_draws)  # (chains, samples, ...)
     predictions = _predictions(batched, potential, flat_draws, prediction_x)

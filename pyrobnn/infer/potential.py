@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 
 import torch
 from pyro.distributions import constraints
@@ -34,6 +33,7 @@ from torch.distributions.transforms import identity_transform
 
 from pyrobnn.distributions import IsotropicNormal, LogUniform
 from pyrobnn.handlers.particles import Particles, ParticlesUnsupported, ParticleValues, mismatched_rows_unsupported
+from pyrobnn.infer.recording import record, replay
 from pyrobnn.model.protocol import network_model
 
 __all__ = ["check_prior", "FlatPotential", "BatchedPotential", "CannotBatch"]
@@ -198,25 +198,25 @@ class FlatPotential:
         return theta.detach()
 
     def compile(self) -> "FlatPotential":
-        """Trace :meth:`log_joint` once with ``torch.jit.trace`` (the network, prior and likelihood become one
-        graph without Python in the loop); later calls run the traced graph."""
-        theta = self.initial().requires_grad_()
+        """Record :meth:`log_joint` once (:func:`~pyrobnn.infer.recording.record`: the network, prior and likelihood
+        become one graph without Python in the loop) and replay it (``"trace"``), differentiable; later calls run
+        the graph. A graph that differs from the eager potential (data-dependent control flow) is refused."""
+        theta = self.initial()
         with torch.no_grad():
             expected = self.log_joint(theta)
-        with warnings.catch_warnings():  # torch.jit.trace is deprecated in favour of torch.compile, which
-            warnings.simplefilter("ignore", FutureWarning)  # compiles for tens of seconds on a small CPU
-            self._traced = torch.jit.trace(self.log_joint, (theta,), check_trace=False)
+        self._traced = replay(record(lambda t: (self.log_joint(t),), (theta.clone(),)), (theta,), "trace")
         with torch.no_grad():
-            got = self._traced(theta)
+            (got,) = self._traced(theta)
         if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
-            raise RuntimeError(f"jit: the traced potential gives {got.item()} instead of {expected.item()}; "
-                               "the network has data-dependent control flow: run with jit=False")
+            raise RuntimeError(f"compile='trace': the recorded potential gives {got.item()} instead of "
+                               f"{expected.item()}; the network has data-dependent control flow: use compile='none'")
         return self
 
     def __call__(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         self.evaluations += 1
-        log_joint = self._traced if self._traced is not None else self.log_joint
-        return -log_joint(params["weights"])
+        if self._traced is not None:
+            return -self._traced(params["weights"])[0]
+        return -self.log_joint(params["weights"])
 
 
 class _Layout(Messenger):

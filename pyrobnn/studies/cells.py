@@ -35,8 +35,8 @@ from pyrobnn.cli.build import check_mcmc, check_run
 from pyrobnn.cli.methods import expand_method, resolve_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 
-__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "STUDY_SETS", "LIST_OPTIONS", "make_cell",
-           "parse_cell", "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
+__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "EXECUTOR_KEY", "STUDY_SETS", "LIST_OPTIONS",
+           "make_cell", "parse_cell", "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
 
 CONFIGS = {"train": RunConfig, "mcmc": MCMCConfig}
 """The commands a cell runs -> the configuration each parses."""
@@ -179,12 +179,21 @@ def _defaults(command: str) -> dict[str, object]:
     return CONFIGS[command]().flags()
 
 
+EXECUTOR_KEY = {"train": {"--compile": "none"}, "mcmc": {"--compiler": "auto", "--jit": False}}
+"""How a cell's step runs (``--compile``: every executor gives the same numbers) is no part of its key; its key
+holds these values, the executor options' defaults before they became one ``--compile``, so that the cells cached
+before keep their keys."""
+
+
 def cache_key(command: str, config) -> str:
-    """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY` and
-    those of :data:`KEYED_WHEN_SET` at their default, as canonical JSON (sorted keys)."""
+    """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
+    of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
+    keys)."""
     defaults = _defaults(command)
     options = {flag: value for flag, value in config.flags().items()
-               if flag not in NOT_IN_KEY and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
+               if flag not in NOT_IN_KEY and flag != "--compile"
+               and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
+    options.update(EXECUTOR_KEY[command])
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

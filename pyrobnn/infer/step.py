@@ -1,0 +1,298 @@
+r"""One SVI step, and the one engine that runs it: eagerly, or recorded once and replayed.
+
+A step on minibatch :math:`(x, y)` with KL weight :math:`\beta` computes the terms of the objective (a
+:class:`~pyrobnn.infer.elbo.MeanFieldELBO`: its estimator, particles and precision), the gradient of its loss with
+respect to every trained parameter, and an optimiser's update. :class:`Step` turns (model, guide, objective, and an
+executor of :data:`~pyrobnn.infer.recording.COMPILE_MODES`) into ``step(x, y, beta) -> (terms, gradients)``:
+
+- ``"none"``: the terms computed from Python, differentiable (``gradients`` None: the update differentiates them);
+- ``"trace"`` and ``"inductor"``: the terms *and* the loss's gradient recorded as one graph of ATen operations
+  (:func:`~pyrobnn.infer.recording.record`: Pyro's handlers, the guide's and model's Python, the estimators' tensor
+  subclasses and autograd all run once, at recording) and replayed (:func:`~pyrobnn.infer.recording.replay`), once
+  per batch shape and whatever else the graph reads from Python (training mode, ``num_data``, where the parameters
+  are stored; at most :data:`MAX_GRAPHS`, then eagerly).
+
+The same engine trains R replicas of one network at once (``replicas``: the grid points of a search, the members
+of an ensemble; :func:`~pyrobnn.infer.replicas.fit_replicas`): replica 0's recorded graph vectorised over a leading
+replica dimension of every parameter and buffer (:func:`torch.func.vmap`, ``randomness="different"``), recorded
+again and replayed. For replica :math:`r`, :math:`\nabla_{\phi_r}\sum_s \mathcal L_s(\phi_s) =
+\nabla_{\phi_r}\mathcal L_r(\phi_r)`, so an elementwise optimiser makes each replica's own update.
+
+Under ``"auto"`` a computation an executor cannot take (a model whose Python reads a tensor's value, an operation
+inductor cannot compile) falls back to the next simpler one, ``inductor`` -> ``trace`` -> ``none``, with one warning
+saying why; an explicit mode that cannot run is an error naming the mode and the way out.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from typing import Sequence
+
+import pyro
+import torch
+
+from pyrobnn.checkpoint import rng_state, set_rng_state
+from pyrobnn.checks import nonnegative
+from pyrobnn.guides.base import direct_parameters
+from pyrobnn.handlers import kl_annealing
+from pyrobnn.handlers.particles import ParticlesUnsupported
+from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
+from pyrobnn.infer.optim import trained_parameters
+from pyrobnn.infer.recording import check_mode, first_line, is_convolutional, record, replay, resolve
+
+__all__ = ["Step", "svi_step", "update", "loss_terms", "objective", "settle", "tensors", "ExecutorFailed",
+           "MAX_GRAPHS"]
+
+MAX_GRAPHS = 8
+"""Recordings one step keeps (one per batch shape, training mode and parameter storage), then eagerly."""
+
+
+class ExecutorFailed(RuntimeError):
+    """An explicit executor (``compile="trace"`` or ``"inductor"``) cannot run this step."""
+
+
+def objective(elbo=None) -> MeanFieldELBO:
+    """The step's objective: ``elbo``, or by default ``MeanFieldELBO(estimator="sample")`` (one weight sample per
+    step, under the estimator handler: MC dropout and mixture-node guides draw per example)."""
+    if elbo is None:
+        return MeanFieldELBO(estimator="sample")
+    if not hasattr(elbo, "terms"):
+        raise TypeError(f"elbo must be a pyrobnn MeanFieldELBO (it reports its loss, NLL and KL), got "
+                        f"{type(elbo).__name__}")
+    return elbo
+
+
+def loss_terms(model, guide, x, y, elbo, beta) -> ELBOTerms:
+    """The objective's :class:`~pyrobnn.infer.elbo.ELBOTerms` on ``(x, y)``, the KL weighted by ``beta``
+    (:func:`~pyrobnn.handlers.kl_annealing`), a pyrobnn guide reading its parameters without ``pyro.param``
+    messages (:func:`~pyrobnn.guides.base.direct_parameters`: the optimiser holds them already)."""
+    with kl_annealing(beta=beta, validate=not torch.is_tensor(beta)), direct_parameters():
+        return elbo.terms(model, guide, x, y)
+
+
+def update(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> None:
+    """``optim`` steps on ``loss``'s gradient, unless the loss is not finite; ``gradients``
+    (``[(parameter, gradient), ...]``, from a recorded step) are that gradient, already computed (parameters not
+    listed get none). A fused optimiser (as :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told so on the
+    device (``found_inf``, as ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation;
+    another reads the loss."""
+    fused = getattr(optim, "_step_supports_amp_scaling", False)
+    if not fused and not torch.isfinite(loss).all():
+        return
+    optim.zero_grad(set_to_none=True)
+    if gradients is None:
+        loss.backward()
+    else:
+        for parameter, gradient in gradients:  # a fused optimiser reads a gradient as laid out like its parameter
+            parameter.grad = gradient if gradient.stride() == parameter.stride() else gradient.contiguous()
+    if not fused:
+        optim.step()
+        return
+    optim.found_inf = torch.isnan(loss.detach().sum() * 0).float()  # inf * 0 and nan * 0 are nan
+    try:
+        optim.step()
+    finally:
+        del optim.found_inf
+
+
+class Step:
+    """``Step(model, guide, elbo, compile)(x, y, beta)`` -> ``(terms, gradients)``: one step's
+    :class:`~pyrobnn.infer.elbo.ELBOTerms` and the loss's gradient (``[(parameter, gradient), ...]``, or None when
+    ``terms.loss`` is to be differentiated), by the executor ``compile`` (see the module docstring).
+
+    :param steps: how many steps the run will take, when known (``"auto"`` compiles a long run with inductor).
+    :param replicas: ``[(model, guide), ...]`` replicas of ``(model, guide)`` (the first) and the stacked tensors
+        they train, ``stacked[i]`` of shape ``(R,) + `` the shape of ``tensors(model, guide)[i]``: a stacked step,
+        always recorded (``compile`` ``"trace"``, ``"inductor"``, or ``"auto"``); :class:`ExecutorFailed` when the
+        step cannot be recorded.
+    """
+
+    def __init__(self, model, guide, elbo=None, compile: str = "auto", *, steps: int | None = None,
+                 device: torch.device | None = None, stacked: Sequence[torch.Tensor] | None = None):
+        self.model, self.guide, self.elbo = model, guide, objective(elbo)
+        self.requested = check_mode(compile)
+        self.stacked = stacked
+        device = device if device is not None else next(iter(tensors(model, guide)), torch.empty(0)).device
+        self.mode, self.reason = resolve(compile, device, steps, is_convolutional(model, guide))
+        if stacked is not None and self.mode == "none" and self.requested == "auto":  # one recording for R replicas
+            self.mode, self.reason = "trace", "replicas: one stacked step, recorded"
+        if stacked is not None and self.mode == "none":
+            raise ValueError("a stacked step of replicas is always recorded: compile must be 'auto', 'trace' or "
+                             "'inductor'")
+        self.graphs: dict = {}
+        self._tensors = None
+        self._settled = False
+
+    @property
+    def executor(self) -> str:
+        """The executor in effect (after any fallback), e.g. ``"trace"``."""
+        return self.mode
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The parameters and buffers the graph reads as inputs (replica 0's, for a stacked step)."""
+        if self._tensors is None:
+            self._tensors = tensors(self.model, self.guide)
+        return self._tensors
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, beta) -> tuple[ELBOTerms, list | None]:
+        if self.mode == "none":
+            return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+        nonnegative("beta (KL weight)", beta)  # the graph's β is a tensor input, never read while recording
+        if not self._settled:  # a guide's first call may move its parameters (a NormalGuide packs them into one
+            self._settled = True  # storage): one eager pass first, so that the recording reads where they stay
+            self._settle(x, y)
+        inputs = self._inputs(x, y, beta)
+        key = self._key(x, y, inputs)
+        graph = self.graphs.get(key)
+        if graph is None:
+            if len(self.graphs) >= MAX_GRAPHS and self.stacked is None:
+                return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+            graph = self._recorded(x, y, beta, inputs)
+            if graph is None:  # fell back to eager
+                return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+            self.graphs[key] = graph
+        run, trained = graph
+        try:
+            with torch.no_grad():
+                loss, nll, kl, *gradients = run(*inputs)
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # inductor compiles at the graph's first call
+            if self.mode != "inductor" or self.requested != "auto":
+                raise ExecutorFailed(f"compile={self.mode!r} cannot run this step ({first_line(error)}); train with "
+                                     "compile='trace' or 'none'") from error
+            self._fall_back("trace", error)
+            return self(x, y, beta)
+        params = inputs[3:]
+        return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(trained, gradients)]
+
+    # -- recording ---------------------------------------------------------------------------
+    def _inputs(self, x, y, beta) -> tuple:
+        beta = beta if torch.is_tensor(beta) else torch.tensor(float(beta), dtype=x.dtype, device=x.device)
+        return (x, y, beta, *(self.stacked if self.stacked is not None else self.tensors()))
+
+    def _key(self, x, y, inputs) -> tuple:
+        """What a recording depends on beyond its inputs: shapes, training mode, the data size, where the
+        parameters are stored."""
+        return (x.shape, x.dtype, x.device, y.shape, y.dtype, self.model.training, self.model.num_data,
+                tuple(t.data_ptr() for t in inputs[3:]))
+
+    def _settle(self, x, y) -> None:
+        settle(self.model, self.guide, self.elbo, x, y)
+
+    def _recorded(self, x, y, beta, inputs):
+        """``(replay, trained)`` of this step's graph, or None when ``"auto"`` falls back to eager. Recording runs
+        the step once: the random state and every buffer (BatchNorm's running statistics) are restored after it."""
+        state, kept = rng_state(), _buffers(self.tensors(), self.stacked)
+        try:
+            graph, trained = self._record(inputs)
+            set_rng_state(state)
+            return replay(graph, inputs, self.mode), trained
+        except (ParticlesUnsupported, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # a value read on the host, an operation vmap or the backend cannot take, or an
+            set_rng_state(state)  # error of the model itself (the eager step raises it again)
+            _restore(kept)
+            if self.requested != "auto":
+                raise ExecutorFailed(f"compile={self.mode!r} cannot record this step ({first_line(error)}); train "
+                                     "with compile='none'") from error
+            self._fall_back("trace" if self.mode == "inductor" and self.stacked is None else "none", error)
+            if self.mode == "none":
+                if self.stacked is not None:
+                    raise ExecutorFailed(f"the stacked step cannot be recorded ({first_line(error)})") from error
+                return None
+            return self._recorded(x, y, beta, inputs)
+        finally:
+            set_rng_state(state)
+            _restore(kept)
+
+    def _record(self, inputs):
+        """The graph of the terms and of the loss's gradient with respect to every tensor input that requires one:
+        ``(graph, trained)``, the graph returning ``(loss, nll, kl, *gradients)``, one gradient for each
+        ``inputs[3:][i]``, ``i`` in ``trained`` (those that receive one)."""
+        model, guide, elbo = self.model, self.guide, self.elbo
+        own = self.tensors()
+        wrt = [i for i, t in enumerate(own) if t.requires_grad]
+        trained = []
+
+        def step(x, y, beta, *values):  # the modules read their own tensors: the recording follows them as inputs
+            terms = loss_terms(model, guide, x, y, elbo, beta)
+            gradients = torch.autograd.grad(terms.loss, [values[i] for i in wrt], allow_unused=True)
+            trained[:] = [i for i, gradient in zip(wrt, gradients) if gradient is not None]
+            return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(),
+                    *(gradient for gradient in gradients if gradient is not None))
+
+        graph = record(step, (*inputs[:3], *own))
+        if self.stacked is None:
+            return graph, tuple(trained)
+        batched = torch.func.vmap(graph, in_dims=(None, None, None) + (0,) * len(self.stacked),
+                                  randomness="different")
+        with torch.no_grad():
+            return record(batched, inputs), tuple(trained)
+
+    def _fall_back(self, mode: str, error: Exception) -> None:
+        warnings.warn(f"compile='auto': the {self.mode} executor cannot take this step, so it runs {mode} "
+                      f"({first_line(error)})", RuntimeWarning, stacklevel=4)
+        self.mode, self.reason, self.graphs = mode, f"fell back from {self.mode}: {first_line(error)}", {}
+
+
+def settle(model, guide, elbo, x, y) -> None:
+    """One eager pass of the terms without gradients, the random state and the buffers restored after it (a
+    guide's first call may move its parameters: a recording must read them where they stay)."""
+    state, kept = rng_state(), _buffers(tensors(model, guide))
+    try:
+        with torch.no_grad(), pyro.validation_enabled(False):
+            loss_terms(model, guide, x, y, objective(elbo), 1.0)
+    finally:
+        set_rng_state(state)
+        _restore(kept)
+
+
+def _buffers(*groups) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(tensor, copy)`` of every tensor of ``groups`` that is no trained parameter (buffers a pass updates in
+    place, e.g. BatchNorm's running statistics)."""
+    return [(t, t.detach().clone()) for group in groups if group is not None for t in group if not t.requires_grad]
+
+
+def _restore(kept) -> None:
+    with torch.no_grad():
+        for tensor, copy in kept:
+            tensor.copy_(copy)
+
+
+def tensors(model, guide) -> list[torch.Tensor]:
+    """The trained parameters (the guide's, then the model's own) and the buffers of a model and its guide, each
+    once: what a step reads."""
+    buffers = list({id(b): b for b in (*guide.buffers(), *model.buffers())}.values())
+    return [*trained_parameters(model, guide), *buffers]
+
+
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _settings(elbo) -> tuple:
+    """What an objective computes: its type and settings (two equal objectives share a recorded step)."""
+    return (type(elbo), elbo.num_particles, elbo.vectorize_particles, getattr(elbo, "estimator", None),
+            getattr(elbo, "precision", None))
+
+
+def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, *, elbo=None,
+             beta: float = 1.0, compile: str = "auto") -> ELBOTerms:
+    """One gradient step on the β-annealed negative ELBO of a minibatch; returns its
+    :class:`~pyrobnn.infer.elbo.ELBOTerms` (not differentiable when the step was recorded: its gradient is taken).
+
+    ``elbo`` is the objective (default ``MeanFieldELBO(estimator="sample")``: its estimator, particles and precision);
+    ``compile`` the executor (:data:`~pyrobnn.infer.recording.COMPILE_MODES`; :class:`Step`, kept per guide,
+    objective and mode across calls). The update is skipped (and the terms returned) when the loss is not finite. A
+    pyrobnn guide reads its parameters without ``pyro.param`` messages here
+    (:func:`~pyrobnn.guides.base.direct_parameters`): ``optim`` already holds them."""
+    elbo = objective(elbo)
+    key = (id(model), _settings(elbo), compile)  # an objective built anew each call reuses the engine
+    steps = _STEPS.setdefault(guide, {})
+    step = steps.get(key)
+    if step is None:
+        step = steps[key] = Step(model, guide, elbo, compile, device=x.device)
+    terms, gradients = step(x, y, beta)
+    update(optim, terms.loss, gradients)
+    return terms
