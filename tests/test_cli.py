@@ -282,9 +282,15 @@ def _no_download(fetch, dirs):
         (["--dataset", "two-moons", "--guide", "additive", "--guide.share", "row"], "--guide.share does not apply"),
         (["--dataset", "two-moons", "--prior.pi", 0.5], "--prior.pi does not apply to --prior gaussian"),
         (["--dataset", "two-moons", "--likelihood", "gaussian"], "regression"),
+        (["--dataset", "two-moons", "--calibrate", "--calibrate.fraction", 0], "--calibrate.fraction"),
+        (["--dataset", "two-moons", "--calibrate", "--calibrate.fraction", 1.5], "--calibrate.fraction"),
+        (["--dataset", "two-moons", "--calibrate", "--calibrate.coverage", 1], "--calibrate.coverage"),
+        (["--dataset", "two-moons", "--calibrate", "--train-size", 40], "leaves 4 rows to calibrate on"),
+        (["--dataset", "two-moons", "--calibrate", "--train-size", 5], "leaves 0 rows to calibrate on"),
     ],
     ids=["unknown-dataset", "pi", "prior-scale", "missing-data-root", "epochs", "batch-size", "model",
-         "train-size", "share-with-additive", "pi-with-gaussian", "likelihood-task"],
+         "train-size", "share-with-additive", "pi-with-gaussian", "likelihood-task", "calibrate-fraction-0",
+         "calibrate-fraction-1.5", "calibrate-coverage-1", "calibration-rows-4", "calibration-rows-0"],
 )
 def test_cli_bad_inputs_exit_2_and_write_nothing(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pyrobnn_data, "_try_download", _no_download, raising=False)  # never reach the network

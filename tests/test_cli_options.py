@@ -105,6 +105,9 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--ood-dataset": (["fashion-mnist"], ["--dataset", "mnist", "--data-root", "{data_root}"]),
     "--corruptions": (["3"], []),
     "--corruption-types": (["fog"], []),
+    "--calibrate": ([], []),
+    "--calibrate.fraction": (["0.25"], ["--calibrate"]),
+    "--calibrate.coverage": (["0.8"], ["--calibrate"]),
 }
 
 MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
@@ -150,6 +153,9 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--out": (["{tmp}/elsewhere"], []),
     "--seed": (["7"], []),
     "--progress": ([], []),
+    "--calibrate": ([], []),
+    "--calibrate.fraction": (["0.25"], ["--calibrate"]),
+    "--calibrate.coverage": (["0.8"], ["--calibrate"]),
 }
 
 

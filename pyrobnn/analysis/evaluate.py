@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from pyrobnn.analysis.calibration import Calibrator, predicted
 from pyrobnn.analysis.metrics import classification_metrics, mixture_log_likelihood, regression_metrics
 from pyrobnn.checks import positive_int
-from pyrobnn.handlers.moments import Moments
-from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments, predictive_outputs
+from pyrobnn.infer.predict import PROTOTYPE_ROWS
 from pyrobnn.model.protocol import network_model
 
 __all__ = ["evaluate", "Validation"]
@@ -17,7 +17,8 @@ __all__ = ["evaluate", "Validation"]
 def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100,
              batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
              moments: bool = False, max_memory: int | None = None, progress: bool = False,
-             target_scale: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+             target_scale: tuple[torch.Tensor, torch.Tensor] | None = None,
+             calibration: Calibrator | None = None) -> dict[str, float]:
     """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL, MAE of its
     mean and standard deviation and ``log_likelihood``, the mean log density of the predictive mixture
     (:func:`~pyrobnn.analysis.metrics.mixture_log_likelihood`; under VDP++ of its one Gaussian).
@@ -26,35 +27,29 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
     ``max_memory`` and ``progress`` are :func:`~pyrobnn.infer.predict.predict`'s. ``target_scale=(mean, std)``:
     the model predicts targets standardised as ``(y - mean) / std``; predictions and ``y`` are mapped back, so
     regression metrics are in the target's original units (an RMSE times ``std``, a log density minus
-    ``log std``).
+    ``log std``). ``calibration``: a :class:`~pyrobnn.analysis.calibration.Calibrator` fitted on held-out rows
+    (:func:`~pyrobnn.analysis.calibration.calibrate`) adds the calibrated metrics of the same predictions
+    (:meth:`~pyrobnn.analysis.calibration.Calibrator.report`: ``nll_calibrated``, ``ece_calibrated``,
+    ``temperature``, ``conformal_coverage``, ...).
     """
     model = network_model(model, x[:PROTOTYPE_ROWS])
-    regression = model.task != "classification"
-    if moments:
-        pred = predict_moments(model, guide, x, batch_size)
-        if regression:  # the likelihood adds its noise to the propagated variance
-            observation = model.likelihood.moment_distribution(Moments(pred["mean"], pred["var"]))
-            pred = {"mean": observation.mean, "std": observation.stddev}
-            means, scales = pred["mean"][None], pred["std"][None]
-    elif regression:
-        outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory,
-                                     progress)
-        pred, (means, scales) = model.likelihood.predictive(outputs), model.likelihood.mean_scale(outputs)
+    pred, mixture = predicted(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, moments, max_memory,
+                              progress)
+    y = mixture.targets(y)
+    if model.task == "classification":
+        metrics = classification_metrics(pred["probs"], y)
     else:
-        pred = predict(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory, progress)
-    y = y.to(next(iter(pred.values())).device)
-    if regression and y.dim() == pred["mean"].dim() - 1 and pred["mean"].shape[-1] == 1:
-        y = y.unsqueeze(-1)  # one target per example, (N,), of a network with one output (N, 1)
-    if not regression:
-        return classification_metrics(pred["probs"], y)
-    if target_scale is not None:
-        loc, scale = (t.to(y.device) for t in target_scale)
-        y, means, scales = loc + scale * y, loc + scale * means, scale * scales
-        pred = {"mean": loc + scale * pred["mean"], "std": scale * pred["std"]}
-    metrics = regression_metrics(pred["mean"], pred["std"], y)
-    if y.dim() == 1:  # one target per example, (N,): the mixture's single output dimension
-        y, means, scales = y[:, None], means[..., None], scales.expand_as(means)[..., None]
-    return {**metrics, "log_likelihood": mixture_log_likelihood(means, scales, y)}
+        if target_scale is not None:
+            loc, scale = (t.to(y.device) for t in target_scale)
+            y, mixture = loc + scale * y, mixture.affine(loc, scale)
+            pred = {"mean": loc + scale * pred["mean"], "std": scale * pred["std"]}
+        means = mixture.means.reshape(*mixture.means.shape[:2], -1)  # (S, N, D): one target per example is D = 1
+        metrics = {**regression_metrics(pred["mean"], pred["std"], y),
+                   "log_likelihood": mixture_log_likelihood(means, mixture.scales.reshape(means.shape),
+                                                            y.reshape(means.shape[1:]))}
+    if calibration is not None:
+        metrics.update(calibration.report(mixture, y))
+    return metrics
 
 
 class Validation:

@@ -49,7 +49,7 @@ from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
            "GuideRateOptim", "load_pretrained", "check_run", "check_batches", "check_posterior", "check_mcmc",
-           "noise_grid", "dataset_options", "check_data"]
+           "check_calibration", "noise_grid", "dataset_options", "check_data"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -274,6 +274,7 @@ def check_run(cfg: RunConfig) -> None:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
                              f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
+    check_calibration(cfg)
     check_data(cfg)
 
 
@@ -310,6 +311,12 @@ def check_posterior(cfg: RunConfig) -> None:
                          f"point (got --guide {cfg.guide.name})")
 
 
+def check_calibration(cfg) -> None:
+    """``--calibrate.fraction`` and ``--calibrate.coverage`` lie in (0, 1) (whether or not ``--calibrate`` is on)."""
+    in_range("--calibrate.fraction (the share of the training rows held out)", cfg.calibration.fraction, 0, 1, "()")
+    in_range("--calibrate.coverage (of the conformal sets)", cfg.calibration.coverage, 0, 1, "()")
+
+
 def check_mcmc(cfg: MCMCConfig) -> None:
     """Validate everything that needs no data: the NUTS options, a toy or UCI dataset and its sizes, a small
     mlp without dropout, a prior with a density, and no option that has no meaning for NUTS.
@@ -317,6 +324,7 @@ def check_mcmc(cfg: MCMCConfig) -> None:
     Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
     """
     mc = cfg.mcmc
+    check_calibration(cfg)
     for option, value in (("--num-samples", mc.num_samples), ("--num-chains", mc.num_chains),
                           ("--max-tree-depth", mc.max_tree_depth)):
         positive_int(option, value)

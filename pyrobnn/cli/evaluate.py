@@ -14,6 +14,7 @@ from pyrobnn.cli.options import MAX_MEMORY_HINT, CorruptionTypes, OODDataset, Se
 from pyrobnn.cli.report import console, draws_shape
 from pyrobnn.cli.runs import (
     MCMC_KIND,
+    calibration_split,
     check_corruptible,
     check_severities,
     corrupted_report,
@@ -35,7 +36,7 @@ __all__ = ["Evaluate", "evaluate"]
 @dataclass
 class Evaluate:
     """Evaluate a checkpoint written by `pyrobnn train` (or the draws.pt of `pyrobnn mcmc`) on its dataset's test
-    split."""
+    split (a run trained with --calibrate: also calibrated on the training rows it held out)."""
 
     checkpoint: Annotated[Path, arg(metavar="FILE")]
     """The checkpoint.pt (or draws.pt) to evaluate."""
@@ -102,8 +103,10 @@ def evaluate(args: Evaluate) -> dict[str, float]:
         title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
     seed = seed_of(cfg) if args.seed is None else args.seed
     max_memory = gigabytes(args.max_memory)
+    data, held_out = calibration_split(cfg, data)  # a run trained with --calibrate: the rows it held out
     metrics = test_report(model, guide, data, num_samples, seed, args.reliability, moments=moments,
-                          max_memory=max_memory, progress=args.progress, ood=ood)
+                          max_memory=max_memory, progress=args.progress, ood=ood, held_out=held_out,
+                          coverage=cfg.calibration.coverage if held_out is not None else 0.9)
     shifted = None
     if args.corruptions:
         shifted = corrupted_report(model, guide, cfg, data, args.corruptions, args.corruption_types, num_samples,

@@ -27,6 +27,7 @@ deviation of the rows it trains on. ``protocol`` is the data set's own grid (:fu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 import time
@@ -47,14 +48,15 @@ from pyrobnn.cli.options import (
     noise_precision,
 )
 from pyrobnn.cli.report import num, say
-from pyrobnn.cli.runs import fit_options, gigabytes, load_data, test_report
+from pyrobnn.cli.runs import augmentation, fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
+from pyrobnn.data.splits import holdout_splits
 from pyrobnn.device import resolve_device
 from pyrobnn.infer.ensemble import EnsembleResult
 from pyrobnn.infer.replicas import fit_replicas
 
 __all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "grid_points", "configured", "replica_groups", "held_out_search",
-           "select_hyperparameters"]
+           "search_split", "select_hyperparameters"]
 
 _SCALE = "--likelihood.scale"
 
@@ -210,6 +212,17 @@ def replica_groups(points: list[dict[str, str]]) -> list[list[int]]:
     return list(groups.values())
 
 
+def search_split(cfg: RunConfig, data):
+    """The 80/20 split the points train and are scored on: the training set's, as the loader splits it (a UCI data
+    set's test split is not read); with ``--calibrate``, that of ``data``, whose training rows are those left after
+    the calibration rows were held out (:func:`~pyrobnn.cli.runs.calibration_split`), so the search never sees
+    them."""
+    if not cfg.calibration.calibrate:
+        return load_data(cfg, validation=True)
+    held, aug = holdout_splits(data), augmentation(cfg, data)
+    return held if aug is None else dataclasses.replace(held, x_test=aug.normalize(held.x_test))
+
+
 def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None]:
     """The run's configuration with the ``--grid`` point of highest held-out score, for ``data`` (the run's
     dataset, whose target scale sets ``tau``), and the record of the search (``None`` without ``--grid``):
@@ -225,7 +238,7 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
             "likelihood learns), so it trains on the whole training set as given")
         return cfg, None
     points = grid_points(cfg, axes)
-    held = load_data(cfg, validation=True)
+    held = search_split(cfg, data)
     runs = [configured(cfg, point, held) for point in points]
     for run in runs:  # every point's options are checked before any is trained
         check_run(run)

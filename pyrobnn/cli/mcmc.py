@@ -28,7 +28,7 @@ import torch
 
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
 from pyrobnn.cli.build import build_network, check_mcmc, noise_grid
-from pyrobnn.cli.grid import configured, held_out_search
+from pyrobnn.cli.grid import configured, held_out_search, search_split
 from pyrobnn.cli.options import (
     MCMC_MAX_WEIGHTS,
     TAU,
@@ -38,6 +38,7 @@ from pyrobnn.cli.options import (
     mcmc_dataset,
 )
 from pyrobnn.cli.report import (
+    calibration_line,
     console,
     diagnostics_table,
     draws_shape,
@@ -48,7 +49,7 @@ from pyrobnn.cli.report import (
     shown,
     warn,
 )
-from pyrobnn.cli.runs import MCMC_KIND, load_data, save_draws, test_report
+from pyrobnn.cli.runs import CALIBRATION_SEED, MCMC_KIND, calibration_split, load_data, save_draws, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
 
@@ -86,10 +87,11 @@ def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: boo
     return model, result
 
 
-def _tested(model, result: MCMCResult, data, seed: int) -> dict:
-    """The test report of all draws' predictive mixture (original units for a standardised target)."""
+def _tested(model, result: MCMCResult, data, seed: int, held_out=None, coverage: float = 0.9) -> dict:
+    """The test report of all draws' predictive mixture (original units for a standardised target); calibrated on
+    ``held_out`` (``--calibrate``) when given."""
     posterior = result.posterior()
-    return test_report(model, posterior, data, len(posterior), seed)
+    return test_report(model, posterior, data, len(posterior), seed, held_out=held_out, coverage=coverage)
 
 
 def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
@@ -105,7 +107,7 @@ def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
     if data.task != "regression":
         raise ValueError(f"--grid chooses the Gaussian noise of a regression data set; {cfg.data.dataset} is "
                          f"{data.task}")
-    held = load_data(cfg, validation=True)
+    held = search_split(cfg, data)
     steps = cfg.mcmc.grid_samples
     say(f"--grid: {len(taus)} noise precisions, each sampled on {len(held.x_train)} examples ({steps} warm-up + "
         f"{steps} draws per chain) and scored on {len(held.x_test)} held out (log_likelihood)")
@@ -134,24 +136,28 @@ def mcmc(cfg: MCMCConfig) -> dict:
     out = Path(cfg.output.out)
     check_writable(out, "--out", directory=True)
     tick = time.perf_counter()
-    data = load_data(cfg)
+    data, held_out = calibration_split(cfg, load_data(cfg))  # --calibrate: its rows are never sampled on
     cfg, selection = choose_noise(cfg, data)
     seed, mc = cfg.output.seed, cfg.mcmc
     toy = mcmc_dataset(cfg.data.dataset) in TOY_DATASETS
     where = "" if toy else f" (split {cfg.data.split or 0})"
     noise = "" if data.task != "regression" else f", noise scale {cfg.likelihood.scale:.4g}"
-    say(f"pyrobnn mcmc {cfg.data.dataset}{where}: {len(data.x_train)} train / {len(data.x_test)} test, model "
-        f"{cfg.model.name} {shown(cfg.model.hidden)}, prior {prior_name(cfg.prior)}{noise}, NUTS ({mc.sampler} "
+    calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
+    say(f"pyrobnn mcmc {cfg.data.dataset}{where}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, "
+        f"model {cfg.model.name} {shown(cfg.model.hidden)}, prior {prior_name(cfg.prior)}{noise}, NUTS ({mc.sampler} "
         f"sampler) {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up + {mc.num_samples} "
         f"draws), seed {seed}")
     model, result = _sampled(cfg, data, mc.warmup, mc.num_samples, cfg.output.progress)
     size = result.diagnostics["num_weights"]
     diagnostics = result.diagnostics
-    metrics = _tested(model, result, data, seed)
+    metrics = _tested(model, result, data, seed, held_out, cfg.calibration.coverage)
     save_draws(out / "draws.pt", MCMC_KIND, cfg, model, result.draws, diagnostics=diagnostics, test=metrics)
     report = {"diagnostics": diagnostics, "test": metrics, "config": cfg.to_dict()}
     if selection is not None:
         report["selection"] = selection
+    if held_out is not None:
+        report["calibration"] = {"rows": len(held_out[0]), "fraction": cfg.calibration.fraction,
+                                 "coverage": cfg.calibration.coverage, "seed": CALIBRATION_SEED}
     report["seconds"] = time.perf_counter() - tick
     write_json(out / "diagnostics.json", json_safe(report))
     written = ["draws.pt", "diagnostics.json"]
@@ -165,6 +171,8 @@ def mcmc(cfg: MCMCConfig) -> dict:
     say(f"{diagnostics['sampler']} sampler (compile {diagnostics['compile']}): function space (predictions at "
         f"{diagnostics['prediction_points']} training inputs): split R-hat max "
         f"{diagnostics['prediction_r_hat_max']:.3f}, bulk ESS min {diagnostics['prediction_ess_min']:.0f}")
+    if held_out is not None:
+        say(calibration_line(metrics, len(held_out[0]), cfg.calibration.coverage))
     console.print(metrics_table(f"test metrics ({result.num_draws} draws)", {"nuts": metrics}))
     for warning in diagnostics.get("warnings", []):
         warn(warning)

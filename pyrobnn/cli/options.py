@@ -102,7 +102,8 @@ def noise_precision(text: str) -> float:
 
 __all__ = [
     "site_rates",
-    "RunConfig", "PosteriorOptions", "DataOptions", "ModelOptions", "PriorOptions", "GuideOptions", "LikelihoodOptions",
+    "RunConfig", "PosteriorOptions", "CalibrationOptions", "DataOptions", "ModelOptions", "PriorOptions",
+    "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
     "COMPILE_MODES", "TAU", "PROTOCOL", "grid_entry", "noise_precision", "TOY_DATASETS", "MCMC_MODELS",
@@ -452,6 +453,23 @@ class PosteriorOptions:
      "precision tuned by the marginal likelihood; --num-samples draws of the last layer.")
 
 
+@dataclass
+class CalibrationOptions:
+    """Post-hoc calibration on held-out training rows: temperature scaling (Guo et al. 2017) and split conformal
+    prediction (pyrobnn.analysis.calibration)."""
+
+    calibrate: Annotated[bool, arg(name="calibrate")] = False
+    ("Hold out --calibrate.fraction of the training rows before training (they are never trained on, nor searched "
+     "by --grid; the same positions for every --seed and method), fit a temperature on them (regression: a factor on "
+     "the predictive standard deviation) and a conformal threshold; metrics.json's test gets nll_calibrated, "
+     "ece_calibrated (regression: log_likelihood_calibrated), temperature, conformal_coverage and "
+     "conformal_set_size (regression: conformal_width).")
+    fraction: Annotated[float, arg(name="calibrate.fraction")] = 0.1
+    """With --calibrate: the share of the training rows held out, in (0, 1)."""
+    coverage: Annotated[float, arg(name="calibrate.coverage")] = 0.9
+    """With --calibrate: the nominal coverage 1 - alpha of the conformal prediction sets and intervals, in (0, 1)."""
+
+
 class _Config:
     """What :class:`RunConfig` and :class:`MCMCConfig` share: plain data for a checkpoint, and flags."""
 
@@ -498,6 +516,7 @@ class RunConfig(_Config):
     likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
     optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
     posterior: OmitArgPrefixes[PosteriorOptions] = field(default_factory=PosteriorOptions)
+    calibration: OmitArgPrefixes[CalibrationOptions] = field(default_factory=CalibrationOptions)
     output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
 
 
@@ -664,6 +683,7 @@ class MCMCConfig(_Config):
     prior: MCMCPriorOptions = field(default_factory=MCMCPriorOptions)
     likelihood: MCMCLikelihoodOptions = field(default_factory=MCMCLikelihoodOptions)
     mcmc: MCMCOptions = field(default_factory=MCMCOptions)
+    calibration: OmitArgPrefixes[CalibrationOptions] = field(default_factory=CalibrationOptions)
     output: OmitArgPrefixes[MCMCOutputOptions] = field(default_factory=MCMCOutputOptions)
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 import pyro
 import torch
 
+from pyrobnn.analysis.calibration import calibrate, minimum_rows, predicted
 from pyrobnn.analysis.evaluate import evaluate as evaluate_posterior
 from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions
@@ -24,12 +25,11 @@ from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.mcmc import MCMCResult
-from pyrobnn.infer.predict import predict, predict_moments
 
 __all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "DRAWS_KINDS", "save_draws",
-           "seed_of", "augmentation", "load_data", "load_ood", "test_report", "check_severities",
-           "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws", "stored_config",
-           "check_resume", "posterior_draws", "restore", "fit_options"]
+           "seed_of", "augmentation", "load_data", "CALIBRATION_SEED", "calibration_split", "load_ood", "test_report",
+           "check_severities", "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws",
+           "stored_config", "check_resume", "posterior_draws", "restore", "fit_options"]
 
 MCMC_KIND = "mcmc"
 """The ``"kind"`` entry of a ``draws.pt`` written by ``pyrobnn mcmc``."""
@@ -76,6 +76,38 @@ def load_data(cfg, validation: bool = False):
     return dataclasses.replace(data, **normal)
 
 
+CALIBRATION_SEED = 0
+"""The seed of the rows ``--calibrate`` holds out: the same positions for every ``--seed`` and method, so the
+methods of a study are calibrated on the same rows (those of its seed's training subset)."""
+
+
+def calibration_split(cfg, data):
+    """``(data, held_out)``: with ``--calibrate``, the run's data without the ``--calibrate.fraction`` of its
+    training rows (``int(fraction N)``, at positions drawn with :data:`CALIBRATION_SEED`; the others keep their
+    order) and those rows as ``(x, y)`` (images normalised as the test images under ``--augment``); without it,
+    ``(data, None)``. Too few rows for a conformal threshold, or none left to train on, is a ``ValueError`` naming
+    the options. The rows are held out of the loaded training set, after its standardisation: its statistics
+    include them (they carry no label beyond a regression target's mean and scale)."""
+    options = getattr(cfg, "calibration", None)
+    if options is None or not options.calibrate:
+        return data, None
+    n = len(data.x_train)
+    rows = int(options.fraction * n)
+    needed = minimum_rows(options.coverage)
+    if rows < needed or rows >= n:
+        problem = (f"{rows} rows to calibrate on; conformal sets of coverage {options.coverage:g} need at least "
+                   f"{needed}" if rows < needed else "no rows left to train on")
+        raise ValueError(f"--calibrate.fraction {options.fraction:g} of {n} training rows leaves {problem}: pass a "
+                         "larger --calibrate.fraction or --train-size, or drop --calibrate")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(CALIBRATION_SEED))
+    held, kept = order[:rows].sort().values, order[rows:].sort().values
+    x_held, y_held = data.x_train[held], data.y_train[held]
+    aug = augmentation(cfg, data)
+    if aug is not None:
+        x_held = aug.normalize(x_held)
+    return dataclasses.replace(data, x_train=data.x_train[kept], y_train=data.y_train[kept]), (x_held, y_held)
+
+
 def fit_options(cfg: RunConfig) -> dict:
     """The arguments of :func:`~pyrobnn.infer.svi.fit` that the run's optimisation options set: epochs, batch size,
     optimiser, β schedule, particles, estimator, seed, precision and compilation (``--compile``)."""
@@ -120,30 +152,35 @@ def gigabytes(value: Optional[float]) -> Optional[int]:
 
 def test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
                 moments: bool = False, max_memory: Optional[int] = None, progress: bool = False,
-                ood=None) -> dict:
+                ood=None, held_out=None, coverage: float = 0.9) -> dict:
     """Test metrics of the posterior predictive, drawn after ``pyro.set_rng_seed(seed)``; the
     reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given. Each pass holds
     at most ``max_memory`` bytes (:func:`~pyrobnn.infer.predict.predictive_outputs`). A classifier's report is
     :func:`~pyrobnn.analysis.metrics.classification_report` (with the reliability bins and the uncertainty split);
     with ``ood`` (:func:`load_ood`), whose test inputs are predicted after the test set, also ``"ood"``: the
-    dataset's name and :func:`~pyrobnn.analysis.metrics.ood_metrics`."""
+    dataset's name and :func:`~pyrobnn.analysis.metrics.ood_metrics`. ``held_out`` (:func:`calibration_split`'s
+    rows, predicted as the test set after the same seed) adds the calibrated metrics of a
+    :class:`~pyrobnn.analysis.calibration.Calibrator` at ``coverage`` fitted on them."""
+    options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress, moments=moments)
+    calibrator = None
+    if held_out is not None:
+        pyro.set_rng_seed(seed)
+        calibrator = calibrate(model, guide, *held_out, coverage=coverage, **options)
     pyro.set_rng_seed(seed)
-    options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress)
     if data.task != "classification":  # in the target's original units where the loader standardised it
         target_scale = None if data.y_std is None else (data.y_mean, data.y_std)
-        return evaluate_posterior(model, guide, data.x_test, data.y_test, moments=moments, target_scale=target_scale,
-                                  **options)
+        return evaluate_posterior(model, guide, data.x_test, data.y_test, target_scale=target_scale,
+                                  calibration=calibrator, **options)
 
-    def predicted(x):
-        return predict_moments(model, guide, x) if moments else predict(model, guide, x, **options)
-
-    pred = predicted(data.x_test)
+    pred, mixture = predicted(model, guide, data.x_test, **options)
     if reliability is not None:
         reliability_diagram(pred["probs"].cpu(), data.y_test, reliability,
                             title=f"{data.name}: {len(data.y_test)} test examples, {num_samples} samples")
     report = classification_report(pred, data.y_test)
+    if calibrator is not None:
+        report.update(calibrator.report(mixture, data.y_test))
     if ood is not None:
-        report["ood"] = {"dataset": ood.name, **ood_metrics(pred, predicted(ood.x_test))}
+        report["ood"] = {"dataset": ood.name, **ood_metrics(pred, predicted(model, guide, ood.x_test, **options)[0])}
     return report
 
 

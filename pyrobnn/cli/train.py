@@ -14,9 +14,11 @@ from pyrobnn.cli.build import beta_schedule, build, check_batches, check_run
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
 from pyrobnn.cli.posteriors import empirical_posterior, trainer
-from pyrobnn.cli.report import console, epoch_line, percent, prior_name, say, warn
+from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, say, warn
 from pyrobnn.cli.runs import (
+    CALIBRATION_SEED,
     augmentation,
+    calibration_split,
     check_corruptible,
     check_resume,
     check_severities,
@@ -69,7 +71,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     if cfg.output.resume and checkpoint.exists():
         resumed = load_checkpoint(checkpoint)
         check_resume(cfg, checkpoint, resumed)
-    data = load_data(cfg)
+    data, held_out = calibration_split(cfg, load_data(cfg))  # --calibrate: its rows are never trained on
     check_batches(cfg, len(data.x_train))
     cfg, selection = select_hyperparameters(cfg, data)  # --grid: chosen on the training set's 80/20 split
     schedule = beta_schedule(cfg)
@@ -84,9 +86,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)
     executor, why = resolve_compile(cfg.optim.compile, device, steps, is_convolutional(model, guide))
-    say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train / {len(data.x_test)} test, model {cfg.model.name}, "
-        f"{len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior {prior_name(cfg.prior)}, "
-        f"beta {schedule}, estimator {cfg.optim.estimator}, device {device}, compile {executor} ({why})")
+    calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
+    say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
+        f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
+        f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
+        f"compile {executor} ({why})")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
         callbacks.append(Validation(data.x_val, data.y_val))
@@ -120,7 +124,12 @@ def train(cfg: RunConfig) -> dict[str, float]:
     report.update(posterior.report)
     metrics = test_report(model, guide, data, num_samples, opt.seed,
                           out / "reliability.png" if classification else None, moments=moments,
-                          max_memory=max_memory, progress=cfg.output.progress, ood=ood)
+                          max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,
+                          coverage=cfg.calibration.coverage)
+    if held_out is not None:
+        report["calibration"] = {"rows": len(held_out[0]), "fraction": cfg.calibration.fraction,
+                                 "coverage": cfg.calibration.coverage, "seed": CALIBRATION_SEED}
+        say(calibration_line(metrics, len(held_out[0]), cfg.calibration.coverage))
     corrupted = None
     if cfg.output.corruptions:  # the means over the corruptions in the test report, each corruption beside it
         shifted = corrupted_report(model, guide, cfg, data, cfg.output.corruptions, cfg.output.corruption_types,

@@ -35,17 +35,25 @@ from pyrobnn.studies.aggregate import aggregate, paired_difference, pooled_relia
 from pyrobnn.studies.cache import STUDY_FILE, read_json
 from pyrobnn.studies.published import matched_figures
 
-__all__ = ["CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "FILES", "write_report", "main_metrics", "mean_se",
-           "difference_text", "compared_with", "summary_table", "summary_markdown", "summary_csv"]
+__all__ = ["CALIBRATION_COLUMNS", "CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "FILES", "write_report",
+           "main_metrics", "mean_se", "difference_text", "compared_with", "summary_table", "summary_markdown",
+           "summary_csv"]
 
-CLASSIFICATION_COLUMNS = ("accuracy", "nll", "ece", "brier", "aurc", "ood.auroc_epistemic", "ood.auroc_total",
+CALIBRATION_COLUMNS = ("temperature", "conformal_coverage")
+"""The main metrics of a study run with ``--calibrate`` (:mod:`pyrobnn.analysis.calibration`), after each task's
+calibrated likelihood and its conformal set size or interval width."""
+
+CLASSIFICATION_COLUMNS = ("accuracy", "nll", "ece", "brier", "aurc", "nll_calibrated", "ece_calibrated",
+                          *CALIBRATION_COLUMNS, "conformal_set_size", "ood.auroc_epistemic", "ood.auroc_total",
                           "corrupted.mean.accuracy", "train_seconds")
 """The main metrics of a classification study, those its cells have: the table's and the plot's columns (every
 other metric, ``peak_memory_gb`` included, is in ``summary.md``, ``summary.csv`` and ``summary.json``)."""
 
-REGRESSION_COLUMNS = ("rmse", "log_likelihood", "nll", "train_seconds")
+REGRESSION_COLUMNS = ("rmse", "log_likelihood", "nll", "log_likelihood_calibrated", "nll_calibrated",
+                      *CALIBRATION_COLUMNS, "conformal_width", "train_seconds")
 """The main metrics of a regression study: RMSE, the test log-likelihood of the predictive mixture per example,
-and ``nll``, the mean negative log density of its moment-matched Gaussian per target."""
+and ``nll``, the mean negative log density of its moment-matched Gaussian per target (and, with ``--calibrate``,
+both after temperature scaling, the temperature and the conformal intervals' coverage and mean width)."""
 
 FILES = ("summary.md", "summary.csv", "summary.json", "metrics.png", "accuracy_vs_ece.png", "reliability.png")
 """What :func:`write_report` writes (the last two for classifiers)."""
