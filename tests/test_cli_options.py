@@ -21,6 +21,8 @@ from pyrobnn.cli.runs import load_data
 
 TOY = ["--dataset", "two-moons", "--train-size", "40", "--test-size", "20", "--hidden", "8"]
 MIXTURE = ["--prior", "node", "--guide", "mixture-node"]
+SWAG = ["--guide", "point", "--optimizer", "sgd", "--epochs", "4", "--swag"]
+SGMCMC = ["--guide", "point", "--sgmcmc", "sghmc"]
 
 TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     # flag: (its non-default value on the command line, the other options it needs)
@@ -100,6 +102,16 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--method": (["map"], []),
     "--ensemble": (["2"], ["--guide", "point"]),
     "--laplace": ([], ["--guide", "point"]),
+    "--swag": ([], SWAG[:-1]),
+    "--swag.start": (["1"], SWAG),
+    "--swag.rank": (["5"], SWAG),
+    "--swag.lr": (["0.01"], SWAG),
+    "--sgmcmc": (["sgld"], ["--guide", "point"]),
+    "--sgmcmc.temperature": (["0.5"], SGMCMC),
+    "--sgmcmc.friction": (["0.5"], SGMCMC),
+    "--sgmcmc.cycles": (["2"], SGMCMC),
+    "--sgmcmc.exploration": (["0.3"], SGMCMC),
+    "--sgmcmc.chains": (["2"], SGMCMC),
     "--progress": ([], []),  # the flag of a bool defaulting to True is --no-progress
     "--num-samples": (["7"], []),
     "--ood-dataset": (["fashion-mnist"], ["--dataset", "mnist", "--data-root", "{data_root}"]),

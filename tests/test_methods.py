@@ -54,6 +54,12 @@ def test_presets_carry_their_papers_settings():
             flags["vdp"]["--likelihood.vdp-objective"]) == ("vdp", "row", "gaussian")
     assert (flags["ensemble-5"]["--ensemble"], flags["ensemble-5"]["--guide"]) == (5, "point")
     assert (flags["laplace"]["--laplace"], flags["laplace"]["--num-samples"]) == (True, 100)
+    assert (flags["swag"]["--swag"], flags["swag"]["--optimizer"], flags["swag"]["--lr"], flags["swag"]["--swag.lr"],
+            flags["swag"]["--swag.rank"], flags["swag"]["--num-samples"]) == (True, "sgd", 0.05, 0.01, 20, 30)
+    assert (flags["multiswag-5"]["--swag"], flags["multiswag-5"]["--ensemble"]) == (True, 5)
+    assert [flags[name]["--sgmcmc"] for name in ("sgld", "sghmc", "csghmc")] == ["sgld", "sghmc", "csghmc"]
+    assert flags["csghmc"]["--lr"] == 0.5  # Zhang et al.'s lr_0
+    assert all(flags[name]["--guide"] == "point" for name in ("swag", "multiswag-5", "sgld", "sghmc", "csghmc"))
 
 
 def test_variational_dense_and_sparse_vd_warm_up_the_kl_under_beta_auto():
@@ -69,9 +75,12 @@ def test_families_resolve_any_positive_number_and_unknown_names_list_the_methods
     cfg = _parse(["train", *method_args("ibnn-8")])
     assert (cfg.guide.components, cfg.output.num_samples) == (8, 40)
     assert _parse(["train", *method_args("ensemble-3")]).posterior.ensemble == 3
+    multiswag = _parse(["train", *method_args("multiswag-3")]).posterior
+    assert (multiswag.ensemble, multiswag.swag) == (3, True)
     assert "ibnn-K" in METHOD_NAMES and "ensemble-M" in METHOD_NAMES and "ibnn-4" not in METHOD_NAMES
-    for bad in ("bbbb", "ibnn-0", "ensemble-", "ensemble-x", "ibnn-2-3"):
-        with pytest.raises(ValueError, match="unknown method.*bbb, bbb-local.*ensemble-M, laplace"):
+    assert "multiswag-M" in METHOD_NAMES and "multiswag-5" not in METHOD_NAMES
+    for bad in ("bbbb", "ibnn-0", "ensemble-", "ensemble-x", "ibnn-2-3", "multiswag-0"):
+        with pytest.raises(ValueError, match="unknown method.*bbb, bbb-local.*ensemble-M, laplace, swag, multiswag-M"):
             resolve_method(bad)
 
 
@@ -113,21 +122,29 @@ def test_help_lists_the_methods(capsys, monkeypatch):
     text = capsys.readouterr().out
     assert "--method {bbb,bbb-local," in text
     assert all(name in text for name in METHOD_NAMES)
-    for flag in ("--ensemble", "--laplace"):
+    for flag in ("--ensemble", "--laplace", "--swag", "--swag.start", "--swag.rank", "--swag.lr",
+                 "--sgmcmc {none,sgld,sghmc,csghmc}", "--sgmcmc.temperature", "--sgmcmc.chains"):
         assert flag in text
 
 
 TRAINED = [name for name, method in METHODS.items() if method.command == "train"]
 
+LONGER = {"swag": ["--epochs", "2"], "multiswag-5": ["--epochs", "2"]}
+"""What a preset needs beyond one epoch of TOY: SWAG collects two iterates (one per epoch)."""
+
+DRAWS = ("ensemble-5", "laplace", "swag", "multiswag-5", "sgld", "sghmc", "csghmc")
+"""The presets whose posterior is draws (written to draws.pt)."""
+
 
 @pytest.mark.parametrize("name", TRAINED)
 def test_each_train_preset_trains_one_epoch_and_records_its_name(name, tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_cli(["train", *TOY, "--method", name, "--out", out]) == 0, capsys.readouterr().err
+    assert run_cli(["train", *TOY, "--method", name, *LONGER.get(name, []), "--out", out]) == 0, \
+        capsys.readouterr().err
     report = json.loads((out / "metrics.json").read_text())
     assert report["config"]["method"] == name
     assert 0 <= report["test"]["accuracy"] <= 1 and report["test"]["nll"] > 0
-    assert (out / "draws.pt").exists() == (name in ("ensemble-5", "laplace"))
+    assert (out / "draws.pt").exists() == (name in DRAWS)
     assert name in capsys.readouterr().out  # the row of the test table
 
 

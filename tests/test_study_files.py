@@ -21,9 +21,9 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_FILES = sorted((ROOT / "studies").glob("*.toml"))
-TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "1", "--num-samples", "4", "--device", "cpu"]
+TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "2", "--num-samples", "4", "--device", "cpu"]
 """Added to every study's base: later arguments win, so the file's sizes give way (an axis value that sets its own
---num-samples 1 keeps it)."""
+--num-samples 1 keeps it). Two epochs: SWAG collects the iterates of two."""
 TINY_MCMC = ["--warmup", "4", "--num-samples", "8", "--num-chains", "2", "--max-tree-depth", "3", "--grid-samples", "4"]
 """Added as well where every cell samples (``pyrobnn mcmc``: --num-samples is its draws per chain)."""
 

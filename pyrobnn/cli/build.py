@@ -40,7 +40,9 @@ from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
 from pyrobnn.infer.optim import FlatThenLinear, Optim, StepDecay, make_optimizer, split_parameters
-from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.infer.schedules import SCHEDULES, Constant
+from pyrobnn.infer.sgmcmc import SGMCMC, sampler_options
+from pyrobnn.infer.swag import check_collection, swa_schedule
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
 from pyrobnn.model.likelihoods import LIKELIHOODS, HeteroscedasticGaussian
@@ -49,7 +51,8 @@ from pyrobnn.networks import build_net
 
 __all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
            "GuideRateOptim", "load_pretrained", "check_run", "check_batches", "check_posterior", "check_mcmc",
-           "check_calibration", "noise_grid", "dataset_options", "check_data"]
+           "check_calibration", "noise_grid", "dataset_options", "check_data", "check_swag", "check_sgmcmc",
+           "sgmcmc_options", "swag_start", "sampler"]
 
 _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 """Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
@@ -281,10 +284,14 @@ def check_run(cfg: RunConfig) -> None:
 def check_batches(cfg: RunConfig, num_examples: int) -> None:
     """Before any training: the batches of a mixture-node guide split evenly among its components on the
     ``num_examples`` training rows, and with ``--grid`` on the 80 % that its points train on
-    (:func:`~pyrobnn.handlers.node_draws.check_components`); a :class:`ValueError` naming the options otherwise."""
+    (:func:`~pyrobnn.handlers.node_draws.check_components`), and ``--sgmcmc`` keeps draws in epochs of that many rows
+    (:func:`sampler`); a :class:`ValueError` naming the options otherwise."""
+    sizes = [num_examples] + ([holdout_size(num_examples)] if cfg.optim.grid else [])
+    if cfg.posterior.sgmcmc != "none":  # the draws kept on that many rows
+        for n in sizes:
+            sampler(cfg, math.ceil(n / cfg.optim.batch_size))
     if cfg.guide.name != "mixture-node" or not ESTIMATORS[cfg.optim.estimator].stochastic:
         return
-    sizes = [num_examples] + ([holdout_size(num_examples)] if cfg.optim.grid else [])
     for n in sizes:
         try:
             check_components(cfg.guide.components, cfg.optim.batch_size, cfg.optim.num_particles, n)
@@ -296,19 +303,108 @@ def check_batches(cfg: RunConfig, num_examples: int) -> None:
 
 
 def check_posterior(cfg: RunConfig) -> None:
-    """``--method`` names a method that ``pyrobnn train`` runs; ``--ensemble`` and ``--laplace`` start from MAP fits
-    (``--guide point``), one or the other."""
+    """``--method`` names a method that ``pyrobnn train`` runs; ``--ensemble``, ``--laplace``, ``--swag`` and
+    ``--sgmcmc`` start from MAP fits (``--guide point``), one at a time but for MultiSWAG (``--ensemble M --swag``),
+    with their own options only beside them (:func:`check_swag`, :func:`check_sgmcmc`)."""
     if cfg.method is not None:
         method = resolve_method(cfg.method)
         if method.command != "train":
             raise ValueError(f"--method {cfg.method} runs with `pyrobnn {method.command}`, not `pyrobnn train`: "
                              f"pyrobnn {method.command} --method {cfg.method} --dataset two-moons ...")
-    ensemble, laplace = nonnegative_int("--ensemble", cfg.posterior.ensemble), cfg.posterior.laplace
-    if ensemble and laplace:
-        raise ValueError(f"--ensemble {ensemble} and --laplace are two posteriors: choose one")
-    if (ensemble or laplace) and cfg.guide.name != "point":
-        raise ValueError(f"{f'--ensemble {ensemble}' if ensemble else '--laplace'} starts from MAP fits: use --guide "
-                         f"point (got --guide {cfg.guide.name})")
+    post = cfg.posterior
+    ensemble = nonnegative_int("--ensemble", post.ensemble)
+    named = [flag for flag, on in ((f"--ensemble {ensemble}", ensemble and not post.swag), ("--laplace", post.laplace),
+                                   ("--swag", post.swag), (f"--sgmcmc {post.sgmcmc}", post.sgmcmc != "none")) if on]
+    if len(named) > 1:
+        raise ValueError(f"{named[0]} and {named[1]} are two posteriors: choose one"
+                         + (" (several chains: --sgmcmc.chains C)" if ensemble and post.sgmcmc != "none" else ""))
+    if named and cfg.guide.name != "point":
+        raise ValueError(f"{named[0]} starts from MAP fits: use --guide point (got --guide {cfg.guide.name})")
+    check_swag(cfg)
+    check_sgmcmc(cfg)
+
+
+def _options_beside(cfg: RunConfig, prefix: str, used: bool, what: str) -> None:
+    """Options ``--<prefix>.*`` changed from their default without the posterior they set: a ``ValueError``."""
+    if used:
+        return
+    defaults = RunConfig().flags()
+    changed = [name for name, value in cfg.flags().items()
+               if name.startswith(f"--{prefix}.") and value != defaults[name]]
+    if changed:
+        raise ValueError(f"{changed[0]} sets {what}: add --{prefix}{'' if prefix == 'swag' else ' NAME'}")
+
+
+def swag_start(cfg: RunConfig) -> int:
+    """T of ``--swag.start``, by default half the epochs (at most all but two, at least 0)."""
+    start, epochs = cfg.posterior.swag_start, cfg.optim.epochs
+    return max(0, min(epochs // 2, epochs - 2)) if start is None else start
+
+
+def check_swag(cfg: RunConfig) -> None:
+    """``--swag``: SGD's iterates (``--optimizer sgd``), a rank of at least 2, a start that leaves two epochs to
+    collect, a positive ``--swag.lr`` that is the only learning-rate schedule."""
+    post = cfg.posterior
+    _options_beside(cfg, "swag", post.swag, "SWAG's collection")
+    if not post.swag:
+        return
+    if cfg.optim.optimizer != "sgd":
+        raise ValueError(f"--swag fits its Gaussian to SGD's iterates: pass --optimizer sgd (got --optimizer "
+                         f"{cfg.optim.optimizer})")
+    check_collection(swag_start(cfg), cfg.optim.epochs, post.swag_rank,
+                     {"start": "--swag.start", "rank": "--swag.rank", "epochs": "--epochs"})
+    if post.swag_lr is not None:
+        positive("--swag.lr", post.swag_lr)
+        if cfg.optim.lr_step or cfg.optim.lr_linear_from:
+            raise ValueError("--swag.lr sets SWAG's learning-rate schedule: drop --lr-step and --lr-linear-from")
+
+
+def check_sgmcmc(cfg: RunConfig) -> None:
+    """``--sgmcmc``: the sampler's options, β = 1, no other learning-rate schedule, weight decay or particles, and
+    several chains only without ``--augment`` and ``--val-size`` (they run as one stacked network)."""
+    post = cfg.posterior
+    _options_beside(cfg, "sgmcmc", post.sgmcmc != "none", "the SG-MCMC sampler")
+    if post.sgmcmc == "none":
+        return
+    positive_int("--sgmcmc.chains", post.sgmcmc_chains)
+    sampler(cfg, steps_per_epoch=LONG_EPOCH)  # the draws of the run's own epochs: check_batches
+    for option, value, default in (("--weight-decay", cfg.optim.weight_decay, 0.0),
+                                   ("--lr-step", cfg.optim.lr_step, 0),
+                                   ("--lr-linear-from", cfg.optim.lr_linear_from, 0.0),
+                                   ("--variational-lr-factor", cfg.optim.variational_lr_factor, 1.0),
+                                   ("--num-particles", cfg.optim.num_particles, 1)):
+        if value != default:
+            raise ValueError(f"{option} {value} does not apply to --sgmcmc: the sampler's step follows the posterior "
+                             "(the prior is the weight decay; the step-size schedule is --sgmcmc.cycles)")
+    if beta_schedule(cfg) != Constant(1.0):
+        raise ValueError(f"--sgmcmc samples the posterior, whose KL weight is 1: drop --beta {cfg.optim.beta.name} "
+                         "(a tempered posterior is --sgmcmc.temperature)")
+    if post.sgmcmc_chains > 1 and (cfg.data.augment or cfg.data.val_size):
+        raise ValueError(f"--sgmcmc.chains {post.sgmcmc_chains} run as one stacked network, which takes no "
+                         f"{'--augment' if cfg.data.augment else '--val-size'}: run one chain")
+
+
+LONG_EPOCH = 10**6
+"""Steps of an epoch with which the sampler's settings are checked before the data's size is known (the draws that
+the run's own epochs keep: :func:`check_batches`)."""
+
+
+def sampler(cfg: RunConfig, steps_per_epoch: int) -> SGMCMC:
+    """The optimizer factory of ``--sgmcmc`` for epochs of ``steps_per_epoch`` steps, checked (a ``ValueError`` naming
+    ``--sgmcmc``)."""
+    options = sgmcmc_options(cfg)
+    try:
+        return SGMCMC(learning_rate(cfg), epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch, **options)
+    except ValueError as error:
+        raise ValueError(f"--sgmcmc {cfg.posterior.sgmcmc}: {error}") from None
+
+
+def sgmcmc_options(cfg: RunConfig) -> dict:
+    """The settings of ``--sgmcmc NAME`` (:data:`~pyrobnn.infer.sgmcmc.SGMCMC_SAMPLERS`) with the ``--sgmcmc.*`` the
+    run sets: ``{"friction", "cycles", "exploration", "temperature"}``."""
+    post = cfg.posterior
+    return sampler_options(post.sgmcmc, friction=post.sgmcmc_friction, cycles=post.sgmcmc_cycles,
+                           exploration=post.sgmcmc_exploration, temperature=post.sgmcmc_temperature)
 
 
 def check_calibration(cfg) -> None:
@@ -379,10 +475,14 @@ def check_mcmc(cfg: MCMCConfig) -> None:
 
 def make_optimizer_factory(cfg: RunConfig) -> Optim:
     """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` (per example, as papers state them) with the
-    step decay of ``--lr-step`` and ``--lr-gamma`` or the linear decay of ``--lr-linear-from``."""
+    step decay of ``--lr-step`` and ``--lr-gamma``, the linear decay of ``--lr-linear-from``, or SWAG's schedule down
+    to ``--swag.lr`` (:func:`~pyrobnn.infer.swag.swa_schedule`). ``--sgmcmc`` replaces it with its sampler
+    (:func:`pyrobnn.cli.posteriors.trainer`)."""
     opt = cfg.optim
     schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else \
         FlatThenLinear(opt.epochs, start=opt.lr_linear_from, end=1.0, final=0.0) if opt.lr_linear_from else None
+    if cfg.posterior.swag and cfg.posterior.swag_lr is not None:
+        schedule = swa_schedule(swag_start(cfg), cfg.posterior.swag_lr / learning_rate(cfg))
     if opt.variational_lr_factor != 1:
         return GuideRateOptim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule,
                          factor=positive("--variational-lr-factor", opt.variational_lr_factor))

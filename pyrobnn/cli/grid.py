@@ -11,7 +11,9 @@ precision (``tau``, ``likelihood.scale``: :data:`STACKED`) train at once as one 
 (:func:`~pyrobnn.infer.replicas.fit_replicas`: one recorded step for all of them, each with its own random draws),
 each stack with the recorded step. With ``--ensemble M`` a point is scored as the ensemble it would train: its M
 members (initialised from seeds seed..seed+M-1, trained in the same stack; they share its batches, where the
-final ensemble's members each draw their own) predict as their uniform mixture.
+final ensemble's members each draw their own) predict as their uniform mixture. With ``--swag`` and ``--sgmcmc`` a
+point is scored by the draws it would give (its SWAG, or MultiSWAG with ``--ensemble M``; its ``--sgmcmc.chains``
+chains), collected by the stacked optimiser (:func:`~pyrobnn.cli.posteriors.collector`).
 
 A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
 (``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
@@ -47,6 +49,7 @@ from pyrobnn.cli.options import (
     grid_entry,
     noise_precision,
 )
+from pyrobnn.cli.posteriors import collected_posterior, collector
 from pyrobnn.cli.report import num, say
 from pyrobnn.cli.runs import augmentation, fit_options, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
@@ -249,8 +252,9 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         f"{len(held.x_test)} held out ({score})")
 
     stacks = replica_groups(points)
-    trained: dict[int, list[tuple]] = {}
-    members = max(cfg.posterior.ensemble, 1)  # --ensemble M: each point is scored as the ensemble it would train
+    trained: dict[int, tuple] = {}
+    # --ensemble M: each point is scored as the ensemble (or MultiSWAG) it would train; --sgmcmc.chains C: its C chains
+    members = cfg.posterior.sgmcmc_chains if cfg.posterior.sgmcmc != "none" else max(cfg.posterior.ensemble, 1)
 
     def evaluate(run):
         index = next(i for i, r in enumerate(runs) if r is run)
@@ -261,13 +265,20 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
                 for m in range(members):
                     pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of ensemble member m)
                     pairs.append(build(runs[i], held))
-            fit_replicas(pairs, held.x_train, held.y_train, **fit_options(runs[stack[0]]), device=device)
-            trained.update((i, pairs[k * members:(k + 1) * members]) for k, i in enumerate(stack))
-        fits = trained.pop(index)
-        model, guide = fits[0]
+            options = dict(fit_options(runs[stack[0]]))
+            collected = collector(runs[stack[0]], len(held.x_train), options["optimizer"])
+            if collected is not None:  # SWAG's moments, SG-MCMC's draws: the optimiser's collection
+                options["optimizer"] = collected
+            fit_replicas(pairs, held.x_train, held.y_train, **options, device=device)
+            trained.update((i, (pairs, range(k * members, (k + 1) * members), collected)) for k, i in enumerate(stack))
+        pairs, rows, collected = trained.pop(index)
+        model, guide = pairs[rows[0]]
         num_samples = run.output.num_samples
-        if members > 1:  # the point's score is its ensemble's: the uniform mixture of the members
-            guide = EnsembleResult.of(model, [member_guide for _, member_guide in fits]).posterior()
+        if collected is not None:  # the point's score is its posterior's draws
+            guide = collected_posterior(run, collected, model, rows, held).posterior()
+            num_samples = len(guide)
+        elif members > 1:  # the point's score is its ensemble's: the uniform mixture of the members
+            guide = EnsembleResult.of(model, [pairs[r][1] for r in rows]).posterior()
             num_samples = members
         return test_report(model, guide, held, num_samples,
                            run.optim.seed, moments=run.optim.estimator == "vdp",

@@ -5,9 +5,9 @@ and the examples. A preset is the command-line arguments it stands for (``--prio
 placed before the user's own (:func:`expand_method`), so an option the user names wins; ``command`` says which
 command runs it (``train``, or ``mcmc`` for NUTS on small full-batch data).
 
-Two families take a number: ``ibnn-K`` (the implicit BNN with K mixture components) and ``ensemble-M`` (a deep
-ensemble of M MAP fits); :data:`METHODS` lists ``ibnn-4`` and ``ensemble-5``, :func:`resolve_method` accepts any
-``ibnn-<K>`` and ``ensemble-<M>``.
+Three families take a number: ``ibnn-K`` (the implicit BNN with K mixture components), ``ensemble-M`` (a deep
+ensemble of M MAP fits) and ``multiswag-M`` (M SWAGs); :data:`METHODS` lists ``ibnn-4``, ``ensemble-5`` and
+``multiswag-5``, :func:`resolve_method` accepts any ``ibnn-<K>``, ``ensemble-<M>`` and ``multiswag-<M>``.
 
 Settings a preset leaves out keep the command's defaults, among them ``--beta auto``: the β schedule of the
 guide's and prior's paper, in proportion to ``--epochs`` (:func:`pyrobnn.cli.build.paper_schedule`).
@@ -51,14 +51,26 @@ N(1, 0.3²) on every layer's inputs, component means initialised from N(1, 0.75�
 large constant one on the mixture) are not a command-line option: Adam at ``--lr`` trains both."""
 
 
+SWAG = (*MAP, "--optimizer", "sgd", "--lr", "0.05", "--swag", "--swag.lr", "0.01", "--swag.rank", "20",
+        "--num-samples", "30")
+"""SWAG as Maddox et al. (2019) run it: SGD with Nesterov momentum from --lr 0.05 down to the SWA rate 0.01 between
+0.5 T and 0.9 T, the iterates of the epochs after T (half the epochs) collected, rank 20, 30 draws."""
+
+
 def _members(m: int) -> tuple[str, ...]:
     return (*MAP, "--ensemble", str(m))
+
+
+def _swags(m: int) -> tuple[str, ...]:
+    return (*SWAG, "--ensemble", str(m), "--num-samples", "20")
 
 
 def _components(k: int) -> tuple[str, ...]:
     return (*MIXTURE_NODES, "--guide.components", str(k), "--num-samples", str(5 * k))
 
 
+MULTISWAG_PAPER = ("Wilson & Izmailov 2020, MultiSWAG: M SWAGs from the seeds seed..seed+M-1 (Maddox et al. 2019), "
+                   "20 draws each, predicted as their equal mixture")
 ENSEMBLE_PAPER = ("Lakshminarayanan, Pritzel & Blundell 2017, deep ensembles: M MAP fits from the initialisations "
                   "of seeds seed..seed+M-1, predicted as their uniform mixture")
 IBNN_PAPER = ("Trinh, Kaski & Heinonen 2020, implicit BNN (paper 004): K-component mixture over node latents, "
@@ -104,18 +116,33 @@ METHODS: dict[str, Method] = {
     "laplace": Method((*MAP, "--laplace", "--num-samples", "100"),
                       "Daxberger et al. 2021, Laplace Redux (laplace-torch): last-layer, Kronecker-factored GGN at the "
                       "MAP fit, prior precision by the marginal likelihood; 100 draws of the last layer"),
+    "swag": Method(SWAG, "Maddox et al. 2019, A simple baseline for Bayesian uncertainty in deep learning: a Gaussian "
+                         "with diagonal plus rank-20 covariance fitted to SGD's iterates after half the epochs, 30 "
+                         "draws, BatchNorm statistics recomputed for each"),
+    "multiswag-5": Method(_swags(5), MULTISWAG_PAPER),
+    "sgld": Method((*MAP, "--sgmcmc", "sgld", "--lr", "0.05"),
+                   "Welling & Teh 2011, stochastic gradient Langevin dynamics on the minibatch log joint: constant "
+                   "step, the first half of the epochs burnt in, a draw at the end of every later epoch"),
+    "sghmc": Method((*MAP, "--sgmcmc", "sghmc", "--lr", "0.01"),
+                    "Chen, Fox & Guestrin 2014, stochastic gradient HMC (friction 0.1: momentum 0.9): constant step, "
+                    "the first half of the epochs burnt in, a draw at the end of every later epoch"),
+    "csghmc": Method((*MAP, "--sgmcmc", "csghmc", "--lr", "0.5"),
+                     "Zhang et al. 2020, cyclical SG-MCMC (cSGHMC) as their CIFAR-10 code runs it: 4 cosine cycles "
+                     "from a step of 0.5 per example, friction 0.9, noise in the last 10 % of each cycle and a draw "
+                     "at the end of each of its epochs"),
 }
 """Every preset by name (the registry the CLI, the studies and the examples read)."""
 
 FAMILIES: dict[str, tuple[Callable[[int], tuple[str, ...]], str]] = {
     "ibnn": (_components, IBNN_PAPER),
     "ensemble": (_members, ENSEMBLE_PAPER),
+    "multiswag": (_swags, MULTISWAG_PAPER),
 }
 """Presets with a number: ``<family>-<n>`` -> (its arguments for n, its paper)."""
 
-METHOD_NAMES: tuple[str, ...] = tuple({"ibnn-4": "ibnn-K", "ensemble-5": "ensemble-M"}.get(name, name)
-                                      for name in METHODS)
-"""The names as ``--help`` and errors show them (``ibnn-K``, ``ensemble-M`` for the families)."""
+METHOD_NAMES: tuple[str, ...] = tuple({"ibnn-4": "ibnn-K", "ensemble-5": "ensemble-M", "multiswag-5": "multiswag-M"
+                                       }.get(name, name) for name in METHODS)
+"""The names as ``--help`` and errors show them (``ibnn-K``, ``ensemble-M``, ``multiswag-M`` for the families)."""
 
 RECORDING_COMMANDS = ("train",)
 """Commands whose configuration records the method it was expanded from (``RunConfig.method``); for the others
@@ -123,8 +150,8 @@ RECORDING_COMMANDS = ("train",)
 
 
 def resolve_method(name: str) -> Method:
-    """The preset called ``name``: a key of :data:`METHODS`, or ``ibnn-<K>`` / ``ensemble-<M>`` with a positive
-    number; anything else is a ``ValueError`` naming the known methods."""
+    """The preset called ``name``: a key of :data:`METHODS`, or ``ibnn-<K>`` / ``ensemble-<M>`` / ``multiswag-<M>``
+    with a positive number; anything else is a ``ValueError`` naming the known methods."""
     if name in METHODS:
         return METHODS[name]
     match = re.fullmatch(r"([a-z]+)-([0-9]+)", name) if isinstance(name, str) else None

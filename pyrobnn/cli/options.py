@@ -50,7 +50,9 @@ from pyrobnn.infer.mcmc import SAMPLERS, sample_posterior
 from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.infer.sgmcmc import SGMCMC, SGMCMC_SAMPLERS
 from pyrobnn.infer.svi import fit
+from pyrobnn.infer.swag import SWAG
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
@@ -394,8 +396,9 @@ class OptimOptions:
     compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(fit, "compile")
     ("How each step's loss and gradient run: none (eagerly, from Python), or recorded once per batch shape as one "
      "graph and replayed: trace (as recorded: the eager numbers without the per-step Python and autograd), inductor "
-     "(compiled by TorchInductor, which fuses the elementwise work; seconds to compile); auto: trace on a CPU, "
-     "inductor on a run of 3,000 steps or more and on a GPU (the header line says which, and why). Under auto a model "
+     "(compiled by TorchInductor, which fuses the elementwise work; seconds to compile); auto: on a GPU inductor; on "
+     "a CPU inductor for a run of 3,000 steps or more, eager for fewer than 100 steps or a convolutional network, "
+     "trace otherwise (the header line says which, and why). Under auto a model "
      "that cannot be recorded trains eagerly after one line saying why; an explicit mode that cannot run is an "
      "error.")
     beta: Annotated[BetaOptions, _flat()] = field(default_factory=BetaOptions)
@@ -442,8 +445,9 @@ class OutputOptions:
 
 @dataclass
 class PosteriorOptions:
-    """Posteriors made of point estimates: a deep ensemble, or the Laplace approximation of the MAP fit (--guide point;
-    draws.pt holds the draws, which the test report and pyrobnn evaluate use)."""
+    """Posteriors made of point estimates (--guide point; draws.pt holds the draws, which the test report and pyrobnn
+    evaluate use): a deep ensemble, the Laplace approximation of the MAP fit, SWAG (MultiSWAG with --ensemble), or
+    SG-MCMC draws."""
 
     ensemble: Annotated[int, arg(metavar="M")] = 0
     ("Train M members, each from its own initialisation and data order (seeds seed..seed+M-1; checkpoint.pt is member"
@@ -451,6 +455,39 @@ class PosteriorOptions:
     laplace: bool = False
     ("After the MAP fit, the last layer's Kronecker-factored Laplace approximation (laplace-torch), its prior "
      "precision tuned by the marginal likelihood; --num-samples draws of the last layer.")
+    swag: bool = False
+    ("SWAG (Maddox et al. 2019): train by SGD (--optimizer sgd), fit a Gaussian with a diagonal plus rank-K covariance "
+     "to the iterates of the epochs after --swag.start, and predict with --num-samples draws of it (BatchNorm "
+     "statistics recomputed for each); with --ensemble M, MultiSWAG: M SWAGs from their own seeds.")
+    swag_start: Annotated[Optional[int], arg(name="swag.start", metavar="T",
+                                             help_behavior_hint="(default: half the epochs, at most all but 2)")] = None
+    """SWAG: collect the iterate after each epoch from epoch T+1 on (at least two epochs)."""
+    swag_rank: Annotated[int, arg(name="swag.rank", metavar="K")] = _default(SWAG, "rank")
+    """SWAG: the deviations kept, the rank of the low-rank covariance (at least 2)."""
+    swag_lr: Annotated[Optional[float], arg(name="swag.lr", metavar="FLOAT",
+                                            help_behavior_hint="(default: --lr throughout)")] = None
+    ("SWAG: the learning rate of the collection (per example); --lr falls to it linearly from 0.5 T to 0.9 T, as "
+     "Maddox et al. schedule it.")
+    sgmcmc: Annotated[Literal[("none", *SGMCMC_SAMPLERS)], arg(name="sgmcmc")] = "none"
+    ("Sample the posterior by stochastic-gradient MCMC from the point weights' initialisation, --lr per example: "
+     "sgld (Welling & Teh 2011), sghmc (Chen et al. 2014, momentum 0.9), csghmc (Zhang et al. 2020: 4 cosine cycles "
+     "of the step size, noise in the last 10 % of each); a draw is kept at the end of every epoch past the burn-in "
+     "(the first half of the run), or past the exploration of its cycle (the end of a cycle always).")
+    sgmcmc_temperature: Annotated[float, arg(name="sgmcmc.temperature")] = _default(SGMCMC, "temperature")
+    """SG-MCMC: the posterior's temperature T, p(w | D)^(1/T) (1: the posterior; < 1: a cold posterior)."""
+    sgmcmc_friction: Annotated[Optional[float], arg(name="sgmcmc.friction", metavar="FLOAT",
+                                                    help_behavior_hint="(default: the sampler's)")] = None
+    """SG-MCMC: the friction alpha in (0, 1], 1 - the momentum (sgld: 1, sghmc: 0.1, csghmc: 0.9)."""
+    sgmcmc_cycles: Annotated[Optional[int], arg(name="sgmcmc.cycles", metavar="M",
+                                                help_behavior_hint="(default: the sampler's)")] = None
+    """SG-MCMC: cosine cycles of the step size over the run's steps (0: constant; csghmc: 4)."""
+    sgmcmc_exploration: Annotated[Optional[float], arg(name="sgmcmc.exploration", metavar="FLOAT",
+                                                       help_behavior_hint="(default: the sampler's)")] = None
+    ("SG-MCMC: the fraction of each cycle (without cycles: of the run, the burn-in) before draws are kept; in a "
+     "cycle it runs without noise (sgld, sghmc: 0.5; csghmc: 0.9).")
+    sgmcmc_chains: Annotated[int, arg(name="sgmcmc.chains", metavar="C")] = 1
+    ("SG-MCMC: chains from the initialisations of seeds seed..seed+C-1, run as one stacked network (the same batches, "
+     "each its own noise; not with --augment or --val-size).")
 
 
 @dataclass

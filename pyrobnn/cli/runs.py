@@ -25,8 +25,9 @@ from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.mcmc import MCMCResult
+from pyrobnn.infer.swag import StatefulDraws
 
-__all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "DRAWS_KINDS", "save_draws",
+__all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "SWAG_KIND", "SGMCMC_KIND", "DRAWS_KINDS", "save_draws",
            "seed_of", "augmentation", "load_data", "CALIBRATION_SEED", "calibration_split", "load_ood", "test_report",
            "check_severities", "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws",
            "stored_config", "check_resume", "posterior_draws", "restore", "fit_options"]
@@ -34,12 +35,15 @@ __all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "DRAWS_KINDS", "save_dr
 MCMC_KIND = "mcmc"
 """The ``"kind"`` entry of a ``draws.pt`` written by ``pyrobnn mcmc``."""
 
-ENSEMBLE_KIND, LAPLACE_KIND = "ensemble", "laplace"
-"""The ``"kind"`` entries of the ``draws.pt`` of ``pyrobnn train --ensemble M`` and ``--laplace``."""
+ENSEMBLE_KIND, LAPLACE_KIND, SWAG_KIND, SGMCMC_KIND = "ensemble", "laplace", "swag", "sgmcmc"
+"""The ``"kind"`` entries of the ``draws.pt`` of ``pyrobnn train --ensemble M``, ``--laplace``, ``--swag`` and
+``--sgmcmc``."""
 
 DRAWS_KINDS = {MCMC_KIND: "NUTS draws written by `pyrobnn mcmc`",
                ENSEMBLE_KIND: "the members of a deep ensemble written by `pyrobnn train --ensemble`",
-               LAPLACE_KIND: "Laplace draws written by `pyrobnn train --laplace`"}
+               LAPLACE_KIND: "Laplace draws written by `pyrobnn train --laplace`",
+               SWAG_KIND: "SWAG draws written by `pyrobnn train --swag`",
+               SGMCMC_KIND: "SG-MCMC draws written by `pyrobnn train --sgmcmc`"}
 """Every kind of draws file (an empirical posterior ``{site: (chains, samples, ...)}``) -> what it holds."""
 
 
@@ -255,14 +259,20 @@ def is_draws(state: dict) -> bool:
     return state.get("kind") in DRAWS_KINDS
 
 
-def save_draws(path: Path, kind: str, cfg, model, draws: dict[str, torch.Tensor], **extra) -> None:
+def _saved(draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: value.detach().cpu().contiguous() for name, value in draws.items()}
+
+
+def save_draws(path: Path, kind: str, cfg, model, draws: dict[str, torch.Tensor],
+               state: Optional[dict[str, torch.Tensor]] = None, **extra) -> None:
     """Write the ``draws.pt`` of kind ``kind`` that :func:`restore` reads back: the run's configuration, the model's
     deterministic state and ``draws`` ``{site: (chains, samples, ...)}`` (``(1, 1, ...)``: a site held at one
-    value in every draw), with ``extra`` entries."""
+    value in every draw), with ``extra`` entries; ``state`` ``{parameter or buffer: (chains, samples, ...)}``: the
+    network's own state of each draw (SWAG's BatchNorm statistics, :class:`~pyrobnn.infer.swag.StatefulDraws`)."""
     save_checkpoint(path, {
         "kind": kind, "config": cfg.to_dict(), "model": model.state_dict(),
         "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; draws have neither guide nor epochs
-        "draws": {name: value.detach().cpu().contiguous() for name, value in draws.items()}, **extra})
+        "draws": _saved(draws), **({"state": _saved(state)} if state else {}), **extra})
 
 
 def stored_config(path: Path, state: dict):
@@ -305,7 +315,15 @@ def posterior_draws(path: Path, state: dict, model):
     except (RuntimeError, KeyError, ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path} does not fit the model built from its configuration: "
                          f"{one_line(error)[:300]}") from None
-    return MCMCResult(draws).posterior()
+    posterior = MCMCResult(draws).posterior()
+    if not state.get("state"):
+        return posterior
+    known = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    own = state["state"]
+    if any(name not in known or tuple(value.shape[2:]) != tuple(known[name].shape) for name, value in own.items()):
+        raise ValueError(f"checkpoint {path}: the network state of its draws does not fit the model built from its "
+                         "configuration (another network or sizes?)")
+    return StatefulDraws(model, posterior.draws(), {name: value.flatten(0, 1) for name, value in own.items()})
 
 
 def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,

@@ -13,7 +13,7 @@ from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.cli.build import beta_schedule, build, check_batches, check_run
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
-from pyrobnn.cli.posteriors import empirical_posterior, trainer
+from pyrobnn.cli.posteriors import empirical_posterior, restarts, trainer
 from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, say, warn
 from pyrobnn.cli.runs import (
     CALIBRATION_SEED,
@@ -68,7 +68,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         raise ValueError(f"--out {out} already holds a run ({', '.join(existing)}): pass --resume to continue it, "
                          "--overwrite to replace it, or another --out")
     resumed = None
-    if cfg.output.resume and checkpoint.exists():
+    if cfg.output.resume and checkpoint.exists() and not restarts(cfg):
         resumed = load_checkpoint(checkpoint)
         check_resume(cfg, checkpoint, resumed)
     data, held_out = calibration_split(cfg, load_data(cfg))  # --calibrate: its rows are never trained on
@@ -82,6 +82,9 @@ def train(cfg: RunConfig) -> dict[str, float]:
     model, guide = build(cfg, data)
     if resumed is not None:
         load_states(checkpoint, resumed, model, guide)
+    elif cfg.output.resume and restarts(cfg) and checkpoint.exists():
+        say(f"--resume: {'SWAG keeps its moments' if cfg.posterior.swag else 'SG-MCMC keeps its draws'} in memory, "
+            f"not in {checkpoint}; training again from the start")
     elif cfg.output.resume:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)

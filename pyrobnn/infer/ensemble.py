@@ -30,13 +30,14 @@ from pyrobnn._compat import BatchNormBase
 from pyrobnn.checks import positive_int
 from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.guides.point import point_values
-from pyrobnn.infer.svi import Callback, Checkpoint, History, fit
+from pyrobnn.infer.svi import Callback, Checkpoint, Histories, History, fit
 
-__all__ = ["EnsembleResult", "fit_ensemble", "member_checkpoint", "trained_state"]
+__all__ = ["EnsembleResult", "fit_ensemble", "member_checkpoint", "train_members", "trained_state",
+           "refuse_trained_state"]
 
 
 @dataclass
-class EnsembleResult:
+class EnsembleResult(Histories):
     """The members' point values ``{site: (M, ...)}``, the network they are replayed in (member 0's), and each
     member's training history (its records carry ``"member"``)."""
 
@@ -54,21 +55,6 @@ class EnsembleResult:
 
     def __len__(self) -> int:
         return next(iter(self.draws.values())).shape[0]
-
-    @property
-    def epochs(self) -> list[dict]:
-        """Every member's per-epoch records, member after member (as :attr:`History.epochs`)."""
-        return [record for history in self.histories for record in history.epochs]
-
-    @property
-    def compile(self) -> str | None:
-        """The executor the members' steps ran by (:attr:`History.compile`: the same rule chose it for each)."""
-        return self.histories[0].compile if self.histories else None
-
-    @property
-    def compile_reason(self) -> str | None:
-        """Why :attr:`compile` was chosen."""
-        return self.histories[0].compile_reason if self.histories else None
 
     def posterior(self) -> PosteriorDraws:
         """The empirical posterior: call m replays member m (predict with ``num_samples=len(result)``)."""
@@ -121,16 +107,37 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
     """
     members = positive_int("members (M, the ensemble's size)", members)
     point_values(guide)  # a point-estimate guide, checked before anything is trained
+    refuse_trained_state(model, "each ensemble member would need its own")
+    pairs, histories = train_members(model, guide, x, y, members=members, make_member=make_member, seed=seed,
+                                     checkpoint=checkpoint, on_epoch_end=on_epoch_end, **fit_options)
+    return EnsembleResult.of(model, [member_guide for _, member_guide in pairs], histories)
+
+
+def refuse_trained_state(model, why: str) -> None:
+    """A ``ValueError`` for a network with trained deterministic state (:func:`trained_state`), of which ``why``
+    (e.g. "each ensemble member would need its own"), since an empirical posterior replays only the Bayesian
+    sites."""
     state = trained_state(model)
     if state:
         raise ValueError(
             f"the network has trained deterministic state ({', '.join(state[:3])}{', ...' if len(state) > 3 else ''})"
-            " of which each ensemble member would need its own, but an empirical posterior replays only the Bayesian "
-            "sites: use a network without BatchNorm or a learned noise scale (or make those parameters Bayesian)")
+            f" of which {why}, but an empirical posterior replays only the Bayesian sites: use a network without "
+            "BatchNorm or a learned noise scale (or make those parameters Bayesian)")
+
+
+def train_members(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int,
+                  make_member: Callable[[int], tuple], seed: int = 0,
+                  checkpoint: "Checkpoint | str | Path | None" = None,
+                  on_epoch_end: Callback | Sequence[Callback] | None = None,
+                  **fit_options) -> tuple[list[tuple], list[History]]:
+    """Train ``members`` networks one after another with :func:`~pyrobnn.infer.svi.fit`, as :func:`fit_ensemble`
+    does (the same arguments; member m from ``make_member(m)`` after ``pyro.set_rng_seed(seed + m)``, trained with
+    ``seed + m``, its checkpoint :func:`member_checkpoint`, its records tagged ``"member"``), whatever their guide
+    and optimiser: ``([(model, guide) of each member], [its History])``."""
     checkpoint = Checkpoint.of(checkpoint)
     callbacks = [] if on_epoch_end is None else list(on_epoch_end) if isinstance(on_epoch_end, Sequence) \
         else [on_epoch_end]
-    guides, histories = [], []
+    pairs, histories = [], []
     for m in range(members):
         if m > 0:
             pyro.set_rng_seed(seed + m)
@@ -142,5 +149,5 @@ def fit_ensemble(model, guide, x: torch.Tensor, y: torch.Tensor, *, members: int
         history = fit(member, member_guide, x, y, seed=seed + m, checkpoint=own, on_epoch_end=[_tag(m), *callbacks],
                       **fit_options)
         histories.append(history)
-        guides.append(member_guide)
-    return EnsembleResult.of(model, guides, histories)
+        pairs.append((member, member_guide))
+    return pairs, histories

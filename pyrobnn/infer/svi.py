@@ -44,8 +44,8 @@ from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.step import Step, objective, svi_step, update
 from pyrobnn.model.protocol import network_model
 
-__all__ = ["fit", "svi_step", "Checkpoint", "TrainingDiverged", "History", "Callback", "train_epochs", "check_data",
-           "checked_fit_options", "built_optimizer", "prepared_for_training", "Run"]
+__all__ = ["fit", "svi_step", "Checkpoint", "TrainingDiverged", "History", "Histories", "Callback", "train_epochs",
+           "check_data", "checked_fit_options", "built_optimizer", "prepared_for_training", "Run"]
 
 Callback = Callable[[int, dict], None]
 """Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
@@ -72,6 +72,28 @@ class History:
     @property
     def last(self) -> dict:
         return self.epochs[-1] if self.epochs else {}
+
+
+class Histories:
+    """Several training runs' :class:`History` (``histories``: an ensemble's members, SWAG's or SG-MCMC's runs), read
+    as one: every record, run after run, and the executor the same rule chose for each."""
+
+    histories: list
+
+    @property
+    def epochs(self) -> list[dict]:
+        """Every run's per-epoch records, run after run (as :attr:`History.epochs`)."""
+        return [record for history in self.histories for record in history.epochs]
+
+    @property
+    def compile(self) -> str | None:
+        """The executor the runs' steps ran by (:attr:`History.compile` of the first)."""
+        return self.histories[0].compile if self.histories else None
+
+    @property
+    def compile_reason(self) -> str | None:
+        """Why :attr:`compile` was chosen."""
+        return self.histories[0].compile_reason if self.histories else None
 
 
 @dataclass(frozen=True)
