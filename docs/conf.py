@@ -73,6 +73,13 @@ html_show_sourcelink = False
 html_copy_source = False
 
 SIZE = os.environ.get("PYROBNN_TUTORIAL_SIZE", "full")
+# sphinx-gallery reruns a tutorial only when its source changed: a build of the other size reruns them all.
+_stamp = HERE / "auto_tutorials" / ".size"
+if not _stamp.exists() or _stamp.read_text() != SIZE:
+    for _md5 in _stamp.parent.glob("*.md5"):
+        _md5.unlink()
+    _stamp.parent.mkdir(exist_ok=True)
+    _stamp.write_text(SIZE)
 
 sphinx_gallery_conf = {
     "examples_dirs": "tutorials",

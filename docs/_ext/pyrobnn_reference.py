@@ -122,7 +122,7 @@ def entry(package: str, name: str) -> str:
         return f".. autofunction:: {package}.{name}\n"
     found = attribute_doc(package, name)
     text = found[1] if found else ""
-    lines = [f".. py:data:: {package}.{name}"]
+    lines = [f".. py:data:: {name}", f"   :module: {package}"]
     keys = ""
     if isinstance(obj, dict):
         lines.append("   :type: dict")
@@ -158,7 +158,7 @@ def top_page(names: list[str], documented: dict[int, str]) -> str:
         "The names ``import pyrobnn`` gives. Each is the object of the same name in its subpackage, where its full "
         "entry is: ``pyrobnn.NormalGuide`` is :class:`pyrobnn.guides.NormalGuide`.\n",
         ".. list-table::\n   :widths: 30 70\n\n" + "\n".join(rows) + "\n",
-        f".. py:data:: {ROOT}.__version__\n   :type: str\n\n   The version of pyrobnn "
+        f".. py:data:: __version__\n   :module: {ROOT}\n   :type: str\n\n   The version of pyrobnn "
         f"(``pyrobnn --version`` prints it).\n"])
 
 
@@ -562,9 +562,29 @@ def split_param_fields(app, what, name, obj, options, lines) -> None:
                           lambda m: m.group(1) + re.sub(r"\s*,\s*", ",", m.group(2)) + m.group(3), line)
 
 
+def escape_bars(app, what, name, obj, options, lines) -> None:
+    """``|x|`` in prose is an absolute value (``|mu|/sigma``), not a reST substitution (the package defines none):
+    escaped outside code, roles and math blocks. The docstrings of the command-line options are also tyro's
+    ``--help`` text, so they stay plain."""
+    in_math, math_indent = False, 0
+    for i, line in enumerate(lines):
+        indent_ = len(line) - len(line.lstrip())
+        if in_math and line.strip() and indent_ <= math_indent:
+            in_math = False
+        if re.match(r"\s*\.\. math::", line):
+            in_math, math_indent = True, indent_
+            continue
+        if in_math or line.lstrip().startswith(("|", "+")):
+            continue
+        parts = re.split(r"(`+[^`]*`+)", line)
+        parts[::2] = [re.sub(r"(?<!\\)\|", r"\\|", part) for part in parts[::2]]
+        lines[i] = "".join(parts)
+
+
 def setup(app):
     unwrap_annotated()
     app.connect("autodoc-process-docstring", split_param_fields)
+    app.connect("autodoc-process-docstring", escape_bars)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
     app.connect("builder-inited", builder_inited)
     app.connect("missing-reference", missing_reference)
