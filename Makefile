@@ -15,6 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --no-cache-dir --upgrade pip
 	$(PY) -m pip install -q --no-cache-dir -e '.[dev,docs]'
+	$(PY) -m pip install -q --no-cache-dir --no-deps jupyter-server-mathjax  # MathJax's files: the site's math offline
 	touch $@
 
 demo: venv

@@ -7,6 +7,7 @@ them at their CI size (seconds each); the default is the size a reader runs.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -61,6 +62,19 @@ exclude_patterns = ["_build", "tutorials/*", "**/*.ipynb", "auto_tutorials/*.py"
                     "auto_tutorials/*.json"]
 templates_path = []
 html_static_path = ["_static"]
+
+# Math: MathJax from the site itself when the docs extra brought its files (jupyter-server-mathjax's MathJax 2), so
+# the pages read offline too; else from its CDN.
+_mathjax = importlib.util.find_spec("jupyter_server_mathjax")
+if _mathjax is not None:
+    _static = Path(next(iter(_mathjax.submodule_search_locations))) / "static"
+    if (_static / "MathJax.js").exists():
+        html_static_path.append(str(_static))
+        mathjax_path = "MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"
+        mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]],
+                                       "processEscapes": True, "ignoreClass": "document",
+                                       "processClass": "math|output_area"},
+                           "showMathMenu": False, "messageStyle": "none"}
 html_css_files = ["pyrobnn.css"]
 
 html_theme = "furo"

@@ -162,7 +162,9 @@ def top_page(names: list[str], documented: dict[int, str]) -> str:
         f"(``pyrobnn --version`` prints it).\n"])
 
 
-def package_page(package: str, names: list[str] | None) -> str:
+def package_page(package: str, names: list[str] | None, documented: dict[int, str]) -> str:
+    """A subpackage on one page: its docstring, the full entries of its ``__all__``, then each module as a section
+    (one page per subpackage keeps the site's navigation, which every page carries, small)."""
     out = [title(f"``{package}``"), f".. automodule:: {package}\n   :no-members:\n"]
     if names:
         out.append(title("Public names", "-"))
@@ -171,7 +173,9 @@ def package_page(package: str, names: list[str] | None) -> str:
     mods = modules(package)
     if mods:
         out.append(title("Modules", "-"))
-        out.append(".. toctree::\n   :maxdepth: 1\n\n" + "\n".join(f"   {m}" for m in mods) + "\n")
+        out.append("\n".join(f"- :mod:`{m}`" for m in mods) + "\n")
+        for modname in mods:
+            out.append(module_section(modname, documented, "^"))
     return "\n".join(out)
 
 
@@ -204,7 +208,7 @@ def own_members(modname: str) -> list[str]:
     return sorted(names, key=lambda n: order.get(n, len(order)))
 
 
-def module_page(modname: str, documented: dict[int, str]) -> str:
+def module_section(modname: str, documented: dict[int, str], char: str = "-") -> str:
     """A module: its docstring and its documented members, less those with a full entry on the package's page."""
     module = importlib.import_module(modname)
     excluded = sorted(name for name, value in vars(module).items()
@@ -212,7 +216,7 @@ def module_page(modname: str, documented: dict[int, str]) -> str:
                       and documented[id(value)] != f"{modname}.{name}")
     elsewhere = [name for name in excluded  # defined here, documented with the package
                  if getattr(getattr(module, name), "__module__", None) == modname]
-    out = [title(f"``{modname}``")]
+    out = [title(f"``{modname}``", char)]
     if shadowed(modname):
         out.append(f".. automodule:: {modname}\n   :no-index:\n\n.. currentmodule:: {modname}\n")
         for name in own_members(modname):
@@ -239,10 +243,16 @@ def api_index(packages: list[str]) -> str:
            "Generated from the docstrings. ``pyrobnn`` re-exports the names most scripts need; each subpackage "
            "lists its own public names (its ``__all__``) with their full entries, then its modules. The layers "
            "go from the ground up: each may import only from those before it.\n",
-           ".. toctree::\n   :maxdepth: 1\n\n   " + ROOT + "\n" + "\n".join(f"   {p}" for p in packages),
-           "",
-           title("Ground modules", "-"),
-           ".. toctree::\n   :maxdepth: 1\n\n" + "\n".join(f"   {ROOT}.{m}" for m in GROUND) + "\n"]
+           ".. toctree::\n   :maxdepth: 1\n\n   " + ROOT + "\n" + "\n".join(f"   {p}" for p in packages)
+           + "\n   ground\n"]
+    return "\n".join(out)
+
+
+def ground_page(documented: dict[int, str]) -> str:
+    out = [title("Ground modules"),
+           "What every layer may use: the distributions of the priors and posteriors and their KLs, argument "
+           "checks, atomic writes, devices, safe checkpoints.\n"]
+    out += [module_section(f"{ROOT}.{m}", documented) for m in GROUND]
     return "\n".join(out)
 
 
@@ -270,11 +280,8 @@ def generate_api(srcdir: Path) -> dict[int, str]:
     wanted["index.rst"] = api_index(packages)
     wanted[f"{ROOT}.rst"] = top_page(public[ROOT], documented)
     for package in packages:
-        wanted[f"{package}.rst"] = package_page(package, public.get(package))
-        for modname in modules(package):
-            wanted[f"{modname}.rst"] = module_page(modname, documented)
-    for ground in GROUND:
-        wanted[f"{ROOT}.{ground}.rst"] = module_page(f"{ROOT}.{ground}", documented)
+        wanted[f"{package}.rst"] = package_page(package, public.get(package), documented)
+    wanted["ground.rst"] = ground_page(documented)
     for stale in out.glob("*.rst") if out.exists() else []:
         if stale.name not in wanted:
             stale.unlink()
@@ -471,8 +478,9 @@ def missing_reference(app, env, node, contnode):
         return None
     target = node["reftarget"]
     if node.get("reftype") == "mod" and target in env.pyrobnn_pages:
+        page, _, anchor = env.pyrobnn_pages[target].partition("#")
         ref = nodes.reference("", "", internal=True, refuri=app.builder.get_relative_uri(
-            node["refdoc"], env.pyrobnn_pages[target]))
+            node["refdoc"], page) + "#" + anchor)
         ref.append(contnode)
         return ref
     modname, classname = node.get("py:module"), node.get("py:class")
@@ -517,7 +525,10 @@ def register_aliases(app, env) -> None:
 def builder_inited(app) -> None:
     srcdir = Path(app.srcdir)
     app.env.pyrobnn_documented = generate_api(srcdir)
-    app.env.pyrobnn_pages = {path.stem: f"{OUT}/api/{path.stem}" for path in (srcdir / OUT / "api").glob("*.rst")}
+    app.env.pyrobnn_pages = {}
+    for package in [f"{ROOT}.{p}" for p in PACKAGES]:
+        for modname in modules(package):
+            app.env.pyrobnn_pages[modname] = f"{OUT}/api/{package}#{nodes.make_id(modname)}"
     # names documented in module pages (analysis has no __all__): pyrobnn.evaluate is pyrobnn.analysis.evaluate's
     for package, names in public_names().items():
         module = importlib.import_module(package)

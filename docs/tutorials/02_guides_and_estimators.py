@@ -33,7 +33,7 @@ from pyrobnn.infer import LinearWarmup
 from pyrobnn.networks import MLP
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-EPOCHS, SAMPLES, GRID = (30, 10, 30) if CI else (500, 100, 80)
+EPOCHS, SAMPLES, GRID = (10, 10, 25) if CI else (500, 100, 80)
 data = two_moons(n=1000, n_train=50)
 
 # %%
@@ -71,7 +71,7 @@ fig, axes = plt.subplots(2, 3, figsize=(10, 6), sharex=True, sharey=True)
 for ax, (name, (model, guide)) in zip(axes.flat, fits.items()):
     probs = predict(model, guide, grid.reshape(-1, 2), num_samples=SAMPLES)["probs"][:, 1].reshape(GRID, GRID)
     ax.contourf(grid[..., 0], grid[..., 1], probs, levels=20, cmap="RdBu_r", vmin=0, vmax=1)
-    ax.scatter(*data.x_train.T, c=data.y_train, cmap="RdBu_r", edgecolors="k", s=15)
+    ax.scatter(*data.x_train.T, c=data.y_train, cmap="RdBu_r", edgecolors="w", linewidths=0.8, s=18)
     ax.set_title(name, fontsize=9)
 fig.tight_layout()
 plt.show()

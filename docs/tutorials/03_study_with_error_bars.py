@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 from pyrobnn.studies import Study
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-EPOCHS, SEEDS = (20, 2) if CI else (300, 5)
+EPOCHS, SEEDS = (5, 2) if CI else (300, 5)
 
 study = Study(base=["--dataset", "two-moons", "--hidden", "32", "32", "--epochs", str(EPOCHS), "--num-samples", "20"],
               vary={"method": ["map", "mcdropout", "bbb"]}, seeds=SEEDS, baseline="method=map")

@@ -22,7 +22,7 @@ from pyrobnn.data import load_dataset
 from pyrobnn.networks import MLP
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-EPOCHS = 10 if CI else 400
+EPOCHS = 4 if CI else 400
 
 data = load_dataset("uci-boston", split=0)
 scale = (data.y_mean, data.y_std)  # standardised units -> the target's units (thousands of dollars)

@@ -20,7 +20,7 @@ from pyrobnn.data import cubic
 from pyrobnn.networks import MLP
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-SAMPLES, WARMUP, CHAINS, DEPTH = (30, 30, 2, 5) if CI else (500, 500, 4, 10)
+SAMPLES, WARMUP, CHAINS, DEPTH, MAP = (20, 20, 2, 4, 50) if CI else (500, 500, 4, 10, 500)
 
 data = cubic(n_train=30, n_test=200)
 x_mean, x_std = data.x_train.mean(), data.x_train.std()
@@ -30,7 +30,7 @@ x, y = (data.x_train - x_mean) / x_std, (data.y_train - y_mean) / y_std
 pyro.set_rng_seed(0)
 model = BayesianNetwork(MLP(1, (50,), 1), Gaussian(scale=float(3 / y_std)), prior=GaussianPrior(),
                         num_data=len(x))
-result = sample_posterior(model, x, y, num_samples=SAMPLES, warmup=WARMUP, num_chains=CHAINS, map_steps=200,
+result = sample_posterior(model, x, y, num_samples=SAMPLES, warmup=WARMUP, num_chains=CHAINS, map_steps=MAP,
                           max_tree_depth=DEPTH)
 
 # %%

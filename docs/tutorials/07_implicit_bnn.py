@@ -33,7 +33,7 @@ from pyrobnn.infer import LinearWarmup
 from pyrobnn.networks import MLP
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-EPOCHS = 30 if CI else 2000
+EPOCHS = 15 if CI else 2000
 
 data = cubic(n_train=30, n_test=300)
 y_mean, y_std = data.y_train.mean(), data.y_train.std()
