@@ -35,7 +35,8 @@ for module in ("build", "twine"):
 
 def run(argv, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{' '.join(map(str, argv))} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    command = " ".join(map(str, argv))
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     return result
 
 

@@ -37,7 +37,7 @@ EPOCHS, SAMPLES, GRID = (10, 10, 25) if CI else (500, 100, 80)
 data = two_moons(n=1000, n_train=50)
 
 # %%
-# One line per method: the prior, the guide built on the model, and the estimator (the MAP fit draws nothing). A guide is
+# One line per method: the prior, the guide built on the model, and the estimator (MAP draws nothing). A guide is
 # built on the model it approximates; ``fit`` draws ``num_particles`` weight samples per step in one pass.
 METHODS = {
     "BBB, weight sampling": (GaussianPrior(), lambda m: NormalGuide(m, init_rho=-4.0), "sample"),
@@ -54,8 +54,9 @@ for name, (prior, make_guide, estimator) in METHODS.items():
     pyro.set_rng_seed(0)
     model = BayesianNetwork(MLP(2, (32, 32), 2), prior=prior, num_data=len(data.x_train))
     guide = make_guide(model)
-    fit(model, guide, data.x_train, data.y_train, epochs=EPOCHS, batch_size=50, estimator=estimator or "sample",
-        num_particles=4 if estimator else 1, optimizer=Optim(lr=1e-2), beta=LinearWarmup(anneal=EPOCHS // 2), progress=False)
+    fit(model, guide, data.x_train, data.y_train, epochs=EPOCHS, batch_size=50,
+        estimator=estimator or "sample", num_particles=4 if estimator else 1, optimizer=Optim(lr=1e-2),
+        beta=LinearWarmup(anneal=EPOCHS // 2), progress=False)
     results[name] = evaluate(model, guide, data.x_test, data.y_test, num_samples=SAMPLES)
     fits[name] = (model, guide)
 

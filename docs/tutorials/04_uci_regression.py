@@ -15,7 +15,6 @@ import os
 
 import matplotlib.pyplot as plt
 import pyro
-import torch
 
 from pyrobnn import BayesianNetwork, DropoutGuide, Gaussian, GaussianPrior, NormalGuide, Optim, evaluate, fit, predict
 from pyrobnn.data import load_dataset
