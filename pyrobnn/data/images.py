@@ -30,10 +30,12 @@ from pyrobnn.data.splits import DataSplits, check_training_classes, make_splits,
 from pyrobnn.files import atomic_write
 
 MNIST_CLASSES = tuple(str(i) for i in range(10))
+"""MNIST's class names, by label: the digits."""
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 )
+"""Fashion-MNIST's class names, by label."""
 FOLDER_ORDER_SEED = 0
 """Seed of the fixed permutation of an image folder's files (:func:`decode_image_folder`)."""
 
@@ -45,6 +47,7 @@ CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer",
     "dog", "frog", "horse", "ship", "truck",
 )
+"""CIFAR-10's class names, by label."""
 CIFAR10_ARCHIVE = "cifar10-jpeg.tar.gz"
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 DATA_ENV = "PYROBNN_DATA"
+"""The environment variable naming the data root when ``--data-root`` / ``root=`` is not given (:func:`data_root`)."""
 CACHE_ENV = "PYROBNN_CACHE"
+"""The environment variable naming the cache folder of decoded data (:func:`cache_dir`)."""
 DEFAULT_DATA_ROOT = "~/.cache/pyrobnn/data"
 DEFAULT_CACHE_DIR = "~/.cache/pyrobnn"
 

@@ -5,7 +5,7 @@ A guide is a :class:`~pyro.nn.PyroModule` built from a
 eagerly (so an optimiser can be built before the first step) and, when called
 with the model's arguments, samples every site from ``get_posterior(name, prior)``:
 :math:`q(w) = \\prod_s q_s(w_s)`. A new method is a subclass that defines
-:meth:`setup_site` (its parameters) and :meth:`get_posterior` (its
+:meth:`~SiteGuide.setup_site` (its parameters) and :meth:`~SiteGuide.get_posterior` (its
 distribution), as Pyro's ``AutoNormalMessenger.get_posterior``.
 Because the guide never runs the network, a training step costs one forward
 pass (the model's), not two.

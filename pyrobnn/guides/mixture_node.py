@@ -9,7 +9,7 @@ ensemble posterior (eq. 19)
 
 an :class:`~pyrobnn.distributions.EqualMixtureNormal`. Training (their Algorithm 1) splits each minibatch
 among the K components: under an estimator handler row r of the batch uses component r mod K
-(:class:`~pyrobnn.model.nodes.NodeDraws`), so the rows of a training batch must be a multiple of K, or the
+(:class:`~pyrobnn.handlers.node_draws.NodeDraws`), so the rows of a training batch must be a multiple of K, or the
 particles are (S = K·T; in prediction every example then gets T draws from each component). Plain
 sampling (no handler, e.g. Pyro's ``SVI`` with ``Trace_ELBO``) draws one :math:`z` per site from the mixture
 for the whole batch, an unbiased but noisier estimator; so does ``weight_sampling`` with one particle (``fit``'s

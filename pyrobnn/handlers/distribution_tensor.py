@@ -4,7 +4,7 @@
 scale) and :class:`~pyrobnn.handlers.moments.Moments` (an activation known by its mean and
 variance) are ``torch.Tensor`` subclasses whose data is a detached placeholder of
 the right shape, dtype and device. Shape and type queries answer from the
-placeholder; every other torch call goes to the subclass's :meth:`dispatch`, which
+placeholder; every other torch call goes to the subclass's :meth:`~DistributionTensor.dispatch`, which
 implements the operation on the distribution (PyTorch's ``__torch_function__``
 protocol: nothing is patched globally).
 """

@@ -4,16 +4,16 @@ An estimator handler (:mod:`pyrobnn.handlers`) gives a latent site whose posteri
 :data:`LAZY_VALUES` a lazy value (:mod:`pyrobnn.handlers.lazy_value`) instead of one sample; the layers that
 use it then follow this table (S: ``num_particles``):
 
-======================  ===========================  ============================  ==========================
+======================  ===========================  =============================  ============================
 estimator               Normal (``GaussianWeight``)  MC dropout (``MaskedWeight``)  mixture node (``NodeDraws``)
-======================  ===========================  ============================  ==========================
-``weight_sampling``     S = 1: the guide's sample;   one input mask per example    row r: component r mod K
-                        S > 1: S weight samples      (and per particle)            (b + s mod K under S)
-``local_reparam...``    sampled pre-activations      one input mask per example    row r: component r mod K
-``flipout``             shared perturbation, signs   one input mask per example    row r: component r mod K
+======================  ===========================  =============================  ============================
+``weight_sampling``     S = 1: the guide's sample;   one input mask per example     row r: component r mod K
+                        S > 1: S weight samples      (and per particle)             (b + s mod K under S)
+``local_reparam...``    sampled pre-activations      one input mask per example     row r: component r mod K
+``flipout``             shared perturbation, signs   one input mask per example     row r: component r mod K
                         per example
-``vdp``                 moments (mean, variance)     moments, var M² p/(1-p)       moments of the mixture
-======================  ===========================  ============================  ==========================
+``vdp``                 moments (mean, variance)     moments, var M² p/(1-p)        moments of the mixture
+======================  ===========================  =============================  ============================
 
 A site of any other family is sampled as usual, and refused under S > 1 particles
 (:class:`~pyrobnn.handlers.particles.ParticlesUnsupported`). A new family joins with

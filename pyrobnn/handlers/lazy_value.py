@@ -40,8 +40,9 @@ class LazyValue(DistributionTensor):
 
 
 class LazyWeight(LazyValue):
-    """A weight still known by its posterior when a layer uses it (:class:`~pyrobnn.handlers.gaussian_weight.
-    GaussianWeight`, :class:`~pyrobnn.handlers.masked_weight.MaskedWeight`). Subclasses define :meth:`samples`."""
+    """A weight still known by its posterior when a layer uses it
+    (:class:`~pyrobnn.handlers.gaussian_weight.GaussianWeight`, :class:`~pyrobnn.handlers.masked_weight.MaskedWeight`).
+    Subclasses define :meth:`samples`."""
 
     loc: torch.Tensor
 

@@ -18,7 +18,7 @@ the chains with one of two samplers:
 step sizes, tree depths, leapfrog steps and wall time, exportable to ArviZ
 (:meth:`MCMCResult.to_inference_data`). :class:`~pyrobnn.guides.PosteriorDraws` (:meth:`MCMCResult.posterior`)
 is an empirical guide that replays draw i on call i, so :func:`~pyrobnn.infer.predict.predict`,
-:func:`~pyrobnn.infer.predict.evaluate` and the metrics take NUTS exactly as they take a variational guide.
+:func:`~pyrobnn.analysis.evaluate.evaluate` and the metrics take NUTS exactly as they take a variational guide.
 """
 
 from __future__ import annotations

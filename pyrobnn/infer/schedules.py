@@ -85,3 +85,4 @@ class Geometric:
 
 
 SCHEDULES = {"constant": Constant, "linear": LinearWarmup, "geometric": Geometric}
+"""The β schedules by name (``--beta NAME``)."""

@@ -168,8 +168,8 @@ class Study:
     :param configuration: the name of the study file's configuration whose base arguments are in ``base`` (the
         report records it).
     :param settings: ``{label key (as in published): [train arguments]}``, the arguments of the cells of that label
-        (every key that names a cell's label, shortest first), before the base (:func:`~pyrobnn.studies.cells.
-        make_cell`); a key that names no label is a :class:`ValueError`.
+        (every key that names a cell's label, shortest first), before the base
+        (:func:`~pyrobnn.studies.cells.make_cell`); a key that names no label is a :class:`ValueError`.
     :param data: in-memory data for every cell instead of ``--dataset``: ``(x, y)``, ``{"x": x, "y": y}``,
         ``{column: values}`` or a DataFrame (:func:`~pyrobnn.data.tables.as_data`; ``--data.target`` and the other
         data options apply as to a file). Checked when the study is made; written once to
