@@ -2,13 +2,13 @@
 Training on a GPU
 =================
 
-The same code runs on a CPU and a GPU: ``fit(..., device="auto")`` moves the model, the guide and each batch to
-the GPU when there is one; data already on the device stays there. On a GPU, ``MeanFieldELBO(precision="bf16")``
-runs the network under ``torch.autocast`` (the KL and the log-likelihood stay in float32), uint8 images can live on
-the device and be augmented there per batch (:class:`~pyrobnn.data.augment.ImageAugment`), and the default ``compile="auto"`` records the
-training step once per batch shape and compiles it with TorchInductor there (on a CPU it picks by the run's length and
-network; the run's :class:`~pyrobnn.infer.svi.History` says which, and why). The command line says the same with
-``--device cuda --precision bf16 --augment``.
+The same code runs on a CPU and a GPU: ``fit(..., device="auto")`` moves the model, the guide and each batch to the
+GPU when there is one; data already on the device stays there. On a GPU, ``MeanFieldELBO(precision="bf16")`` runs
+the network under ``torch.autocast`` (the KL and the log-likelihood stay in float32), uint8 images can live on the
+device and be augmented there per batch (:class:`~pyrobnn.data.augment.ImageAugment`), and the default
+``compile="auto"`` records the training step once per batch shape and compiles it with TorchInductor there (on a CPU
+it picks by the run's length and network; the run's :class:`~pyrobnn.infer.svi.History` says which, and why). The
+command line says the same with ``--device cuda --precision bf16 --augment``.
 
 This page was built on a CPU: the code picks what the machine has.
 """
