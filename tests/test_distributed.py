@@ -109,9 +109,9 @@ def _free_port() -> int:
 def ranks(tmp_path_factory) -> list[dict]:
     """What each of the two gloo processes saw (one start for the whole module, ~5-10 s)."""
     out = tmp_path_factory.mktemp("ddp")
-    # fork, not spawn: the children inherit the imported modules instead of importing torch, pyro and pyrobnn
-    # again (half the CPU time of this module); they touch no CUDA and set up their own process group
-    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, start_method="fork")
+    # spawn, not fork: a forked child cannot run autograd once the parent has started autograd's worker threads
+    # (which an earlier test in the same session may have done), so each child imports torch, pyro and pyrobnn anew
+    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=WORLD, start_method="spawn")
     return [torch.load(out / f"rank{index}.pt") for index in range(WORLD)]
 
 

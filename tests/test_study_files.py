@@ -21,6 +21,9 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_FILES = sorted((ROOT / "studies").glob("*.toml"))
+RUN_BY_TEST_UCI = {"uci", "uci_quick"}
+"""Study files whose every method ``tests/test_uci.py`` runs at CI size through the study engine (on Yacht): here
+they would run again on all five data sets (35 and 10 cells, 3 of the suite's minutes on 2 cores)."""
 TINY = ["--train-size", "64", "--test-size", "16", "--epochs", "2", "--num-samples", "4", "--device", "cpu"]
 """Added to every study's base: later arguments win, so the file's sizes give way (an axis value that sets its own
 --num-samples 1 keeps it). Two epochs: SWAG collects the iterates of two."""
@@ -40,7 +43,7 @@ def test_there_are_study_files():
     assert {path.stem for path in STUDY_FILES} >= {"bbb_mnist", "sparse_vd_mnist", "vdp_mnist", "sinusoid_regression"}
 
 
-@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", [p for p in STUDY_FILES if p.stem not in RUN_BY_TEST_UCI], ids=lambda path: path.stem)
 def test_a_study_file_runs_every_cell_at_a_tiny_size(path, data_root, tmp_path):
     study = load_study(path)
     one = study.replace(seeds=None if study.seeds is None else 1, splits=None if study.splits is None else 1)
