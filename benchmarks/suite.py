@@ -35,6 +35,7 @@ import torch
 from ops import ESTIMATOR_OF, METHODS, NETWORKS, compiled_step, count, training_steps
 
 from pyrobnn.analysis.cost import peak_memory, time_steps
+from pyrobnn.infer.step import ExecutorFailed
 
 
 def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -> dict[str, float]:
@@ -46,15 +47,24 @@ def measure(name: str, device, args, batch: int = 128, compiled: bool = False) -
         methods = training_steps(name, x, y)
         if compiled:
             methods["det_compiled"] = compiled_step(name, x, y, "det")
+        cannot = {}
         for method in args.mode_methods:
             for mode in args.modes:
-                methods[f"{method}_{mode}"] = compiled_step(name, x, y, ESTIMATOR_OF[method], compile=mode)
+                step = compiled_step(name, x, y, ESTIMATOR_OF[method], compile=mode)
+                try:  # an explicit executor that cannot take the network says so at its first step
+                    step()
+                except ExecutorFailed as error:
+                    cannot[f"{method}_{mode}_cannot"] = str(error).split("; ")[0]
+                    continue
+                methods[f"{method}_{mode}"] = step
         ms = time_steps(methods, rounds=args.rounds, repeats=args.steps, warmup=3, device=device)
         entry = {f"{k}_ms": round(v, 3) for k, v in ms.items()}
+        entry.update(cannot)
         entry.update({f"{k}_ratio": round(v / ms["det"], 2) for k, v in ms.items() if k != "det"})
         for method in args.mode_methods:
             if f"{method}_auto" in ms:
-                explicit = [ms[method]] + [ms[f"{method}_{m}"] for m in args.modes if m != "auto"]
+                explicit = [ms[method]] + [ms[f"{method}_{m}"] for m in args.modes if f"{method}_{m}" in ms
+                                           and m != "auto"]
                 entry[f"{method}_auto_vs_fastest"] = round(ms[f"{method}_auto"] / min(explicit), 3)
                 entry[f"{method}_auto_vs_eager"] = round(ms[f"{method}_auto"] / ms[method], 3)
         for method, step in methods.items():
