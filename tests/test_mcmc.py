@@ -398,3 +398,11 @@ def test_effective_sample_size_of_anti_correlated_draws_is_capped_not_negative()
     draws = torch.tensor([(-1.0) ** i for i in range(200)]).view(1, 200, 1) + 1e-3 * torch.randn(1, 200, 1)
     ess = chain_diagnostics({"w": draws})["w"]["ess_min"]
     assert ess == pytest.approx(200 * math.log10(200))
+
+
+def test_pyros_sampler_asked_to_compile_says_so_and_runs_the_recorded_potential():
+    model, x, y = _regression()
+    with pytest.warns(RuntimeWarning, match="Pyro's NUTS cannot run a compiled potential"):
+        result = sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
+                                  compile="inductor")
+    assert result.diagnostics["sampler"] == "pyro" and result.diagnostics["compile"] == "trace"

@@ -173,6 +173,20 @@ def test_auto_falls_back_with_one_line_and_an_explicit_mode_refuses(monkeypatch)
         explicit(x[:32], y[:32], 1.0)
 
 
+def test_a_step_past_its_recordings_runs_eagerly_and_says_so(monkeypatch):
+    monkeypatch.setattr(step_module, "MAX_GRAPHS", 1)
+    model, guide = _regression("normal")
+    x, y = _data()
+    engine = Step(model, guide, MeanFieldELBO(estimator="sample"), "trace")
+    engine(x[:32], y[:32], 1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (16, 8):  # two more batch shapes: eager, said once
+            terms, gradients = engine(x[:rows], y[:rows], 1.0)
+            assert gradients is None and terms.loss.requires_grad
+    assert len(engine.graphs) == 1 and len(caught) == 1 and "runs eagerly" in str(caught[0].message)
+
+
 def test_a_short_run_is_eager_under_auto():
     history, _ = _fit("auto", epochs=2)
     assert history.compile == "none" and "do not repay" in history.compile_reason

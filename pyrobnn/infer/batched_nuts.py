@@ -41,7 +41,7 @@ from pyrobnn.infer.hmc_util import (
     kinetic_energy,
     leapfrog,
 )
-from pyrobnn.infer.recording import check_mode, record, replay
+from pyrobnn.infer.recording import LADDER, check_mode, record, replay
 
 __all__ = ["BatchedNUTS", "Transition", "sample_chains", "compiled"]
 
@@ -163,8 +163,7 @@ class BatchedNUTS:
     def _compiled(self, fn, example: tuple, compiler: str):
         """``(graph, compiler)``: ``fn`` as a ``compiler`` graph, or, when that cannot be built, as the next simpler
         one (``"trace"``, then ``"none"``), with a warning."""
-        ladder = ("inductor", "trace", "none")
-        for attempt in ladder[ladder.index(compiler):]:
+        for attempt in LADDER[LADDER.index(compiler):]:
             try:
                 return compiled(fn, example, attempt), attempt
             except (RuntimeError, TypeError, NotImplementedError, ValueError) as error:  # how a recording refuses

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import pyro
@@ -138,8 +139,8 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         ``"inductor"`` (fused kernels: seconds to build, then several times faster), ``"auto"`` (``"trace"``,
         switching to inductor once the run is projected to be long enough to repay its compilation; the same seed
         still gives the same draws) or ``"none"`` (no graph: for networks that branch on tensor values). Pyro's
-        sampler records its potential with ``torch.jit.trace`` under ``"trace"``
-        (:meth:`FlatPotential.compile`) and runs it from Python otherwise.
+        sampler records its potential under ``"trace"`` (:meth:`FlatPotential.compile`; ``"inductor"`` runs it so,
+        with a warning) and runs it from Python under ``"auto"`` and ``"none"``.
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
@@ -190,6 +191,10 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
             if sampler == "batched":
                 raise ValueError(f"sampler='batched': {error}; use sampler='pyro' (Pyro's NUTS, one pass per "
                                  "chain)") from None
+    if compile == "inductor" and batched is None:  # Pyro's sampler replays a recorded potential, never a compiled one
+        warnings.warn("compile='inductor': Pyro's NUTS cannot run a compiled potential, so it runs the recorded one "
+                      "(compile='trace')", RuntimeWarning, stacklevel=2)
+        compile = "trace"
     if compile == "trace" and batched is None:
         potential.compile()
     tick = time.perf_counter()

@@ -30,18 +30,23 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pyrobnn._compat import FakeTensorMode, TracingContext, inductor_compile, tracing
 from pyrobnn.checks import choice
 
-__all__ = ["COMPILE_MODES", "EXECUTORS", "record", "replay", "check_mode", "auto_mode", "is_convolutional", "resolve",
-           "first_line"]
+__all__ = ["COMPILE_MODES", "LADDER", "simpler", "record", "replay", "check_mode", "auto_mode", "is_convolutional",
+           "resolve", "first_line"]
 
 COMPILE_MODES = ("auto", "none", "trace", "inductor")
 """How a step (or a NUTS leapfrog leaf) runs: ``"none"``: eagerly, from Python; ``"trace"``: recorded once and
 replayed as recorded; ``"inductor"``: recorded once and compiled by TorchInductor; ``"auto"``: chosen per device
 and run by :func:`auto_mode`."""
 
-EXECUTORS = COMPILE_MODES[1:]
-"""The explicit modes. Under ``"auto"`` an executor that cannot take a computation falls back to the next simpler
-one, ``"inductor"`` -> ``"trace"`` -> ``"none"``, with one warning saying why; an explicit mode that cannot run is an
-error."""
+LADDER = ("inductor", "trace", "none")
+"""The explicit modes, each simpler than the one before. Under ``"auto"`` an executor that cannot take a computation
+falls back to the next one down (:func:`simpler`), with one warning saying why; an explicit mode that cannot run is
+an error."""
+
+
+def simpler(mode: str) -> str:
+    """The executor a computation falls back to when ``mode`` cannot take it (:data:`LADDER`; ``"none"`` stays)."""
+    return LADDER[min(LADDER.index(mode) + 1, len(LADDER) - 1)]
 
 RECORD_STEPS_CPU = 100
 """On a CPU, ``"auto"`` runs a run of fewer steps eagerly: on the 784-400-10 MLP at batch 128 recording the step

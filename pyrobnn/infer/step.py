@@ -39,7 +39,7 @@ from pyrobnn.handlers import kl_annealing
 from pyrobnn.handlers.particles import ParticlesUnsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
 from pyrobnn.infer.optim import trained_parameters
-from pyrobnn.infer.recording import check_mode, first_line, is_convolutional, record, replay, resolve
+from pyrobnn.infer.recording import check_mode, first_line, is_convolutional, record, replay, resolve, simpler
 
 __all__ = ["Step", "svi_step", "update", "loss_terms", "objective", "settle", "tensors", "ExecutorFailed",
            "MAX_GRAPHS"]
@@ -123,6 +123,7 @@ class Step:
         self.graphs: dict = {}
         self._tensors = None
         self._settled = False
+        self._full = False  # MAX_GRAPHS recordings kept (said once)
 
     @property
     def executor(self) -> str:
@@ -147,6 +148,11 @@ class Step:
         graph = self.graphs.get(key)
         if graph is None:
             if len(self.graphs) >= MAX_GRAPHS and self.stacked is None:
+                if not self._full:
+                    self._full = True
+                    warnings.warn(f"compile={self.mode!r}: the step keeps {MAX_GRAPHS} recordings (one per batch "
+                                  "shape, training mode and parameter storage), so a step of any other runs eagerly",
+                                  RuntimeWarning, stacklevel=2)
                 return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
             graph = self._recorded(x, y, beta, inputs)
             if graph is None:  # fell back to eager
@@ -162,7 +168,7 @@ class Step:
             if self.mode != "inductor" or self.requested != "auto":
                 raise ExecutorFailed(f"compile={self.mode!r} cannot run this step ({first_line(error)}); train with "
                                      "compile='trace' or 'none'") from error
-            self._fall_back("trace", error)
+            self._fall_back(simpler(self.mode), error)
             return self(x, y, beta)
         params = inputs[3:]
         return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(trained, gradients)]
@@ -197,7 +203,7 @@ class Step:
             if self.requested != "auto":
                 raise ExecutorFailed(f"compile={self.mode!r} cannot record this step ({first_line(error)}); train "
                                      "with compile='none'") from error
-            self._fall_back("trace" if self.mode == "inductor" and self.stacked is None else "none", error)
+            self._fall_back(simpler(self.mode) if self.stacked is None else "none", error)
             if self.mode == "none":
                 if self.stacked is not None:
                     raise ExecutorFailed(f"the stacked step cannot be recorded ({first_line(error)})") from error

@@ -314,7 +314,7 @@ def fit(
     scheduler = make_scheduler(optim, getattr(optimizer, "schedule", None))
     steps = math.ceil(x.shape[0] / batch_size)
     step = Step(model, guide, elbo, compile, steps=epochs * steps, device=device)
-    run = Run(model, guide, optim, scheduler, History(compile=step.executor, compile_reason=step.reason))
+    run = Run(model, guide, optim, scheduler, History())  # train_epochs records the executor that ran
     pyro.set_rng_seed(seed)
     start = run.resume(checkpoint, device) if checkpoint is not None and checkpoint.resume \
         and Path(checkpoint.path).is_file() else 0
