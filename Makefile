@@ -7,7 +7,7 @@ export PYROBNN_DATA
 # Sphinx: warnings are errors (a broken reference, a docstring that does not parse, a public name without one).
 SPHINX := $(PY) -m sphinx -b html -n -W --keep-going -q
 
-.PHONY: venv demo test docs docs-ci wheel bench clean
+.PHONY: venv demo test check docs docs-ci wheel bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,15 +22,20 @@ demo: venv
 	$(PY) -m pyrobnn train --dataset mnist --model mlp --hidden 400 --prior scale-mixture \
 		--beta geometric --epochs 3 --num-samples 20 --out runs/demo --no-progress
 
-# The test suite, the documentation at its CI size (tests/test_docs.py) and the release check (tests/test_release.py).
+# The fast loop (under 10 minutes on 2 cores): every test but those marked slow.
 test: venv
+	$(PY) -m pytest -m "not slow"
+
+# Everything CI runs: the fast loop and the slow checks (the NUTS agreement with Pyro and NumPyro, the documentation
+# site at its CI size, the release check, Dask, processes, full-size runs).
+check: venv
 	$(PY) -m pytest
 
 # The site as a reader gets it, tutorials at full size (minutes each): docs/_build/html/index.html
 docs: venv
 	$(SPHINX) docs docs/_build/html
 
-# The site with the tutorials at their CI size (seconds each), as tests/test_docs.py builds it.
+# The site with the tutorials at their CI size (seconds each), as tests/docs/test_docs.py builds it.
 docs-ci: venv
 	PYROBNN_TUTORIAL_SIZE=ci $(SPHINX) -E docs docs/_build/ci
 

@@ -1,6 +1,6 @@
 """pyrobnn: Bayesian neural networks on Pyro.
 
-The layers, from the ground up (``tests/test_layers.py`` enforces them): ground utilities (``checks``,
+The layers, from the ground up (``tests/core/test_layers.py`` enforces them): ground utilities (``checks``,
 ``files``, ``device``, ``checkpoint``, ``_compat``); ``distributions``, ``data``, ``networks``; ``handlers``
 (how a model runs); ``model`` (what it is); ``guides`` (posterior families); ``infer`` (ELBO, SVI, prediction,
 NUTS); ``analysis``; ``cli``.

@@ -1,7 +1,7 @@
 """The private Pyro and PyTorch internals pyrobnn borrows, in one place.
 
 Each name here is not part of its library's documented API and may move in a
-release; ``tests/test_compat.py`` imports and exercises every one, so a
+release; ``tests/core/test_compat.py`` imports and exercises every one, so a
 breaking upgrade fails there with the name, not deep inside a training run.
 Public APIs (``pyro.poutine.runtime.effectful``, ``get_plates``,
 ``pyro.poutine.util.site_is_subsample``) are imported where they are used.

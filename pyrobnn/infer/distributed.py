@@ -26,7 +26,7 @@ scaled by N over the global batch and the KL, present once in every process, is 
 exact (not only in expectation) when every process uses the same weights w: under the deterministic
 VDP++ moments (:func:`~pyrobnn.handlers.vdp`), or for weight sampling (Blundell et al. 2015) with one weight
 sample per step and the same seed in every process, since the guide then draws the identical
-:math:`w = \mu + \sigma \odot \epsilon` everywhere (``tests/test_distributed.py`` checks both). Summing
+:math:`w = \mu + \sigma \odot \epsilon` everywhere (``tests/infer/test_distributed.py`` checks both). Summing
 instead of averaging, or leaving ``num_data`` at the shard's N/P, would weight the KL P times too much.
 
 **Noise across processes.** Seed every process differently (``fit(seed=rank_seed(seed))``): the average

@@ -5,7 +5,7 @@ layers 1-H-1 (ReLU) whose ``weight`` and ``bias`` are ``PyroSample`` priors :mat
 scale :math:`\\sigma \\sim \\mathrm{LogNormal}(-1, 0.5)` and the observation
 :math:`y_n \\sim \\mathcal N(f(x_n), \\sigma^2)` under ``pyro.plate("data", ...)``. pyrobnn reads it by tracing
 (:class:`~pyrobnn.model.TracedModel`); ``examples/pyro_model.py``, ``benchmarks/pyro_model.py`` and
-``tests/test_pyro_model.py`` use it as a user's model.
+``tests/model/test_pyro_model.py`` use it as a user's model.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ applies its submodules itself, the layer's post-norm equations above, instead of
 works with pyrobnn: its fused inference kernel (``torch._transformer_encoder_layer_fwd``, which skips ``F.linear``)
 is only taken in eval mode without gradients when no parameter has a ``__torch_function__``, so the estimator
 handlers' :class:`~pyrobnn.handlers.gaussian_weight.GaussianWeight` s always select the modular path, and otherwise it
-runs on a plain weight sample, as the modular path would (both checked in ``tests/test_text.py``). But on CPU that
+runs on a plain weight sample, as the modular path would (both checked in ``tests/data/test_text.py``). But on CPU that
 kernel, and ``nn.MultiheadAttention``'s with a boolean padding mask, are 2-4x slower than the modular path
 (one thread, 500 reviews of 256 tokens: 0.77 s against 0.19 s), and prediction runs many passes. The padding
 mask is therefore given to the attention as an additive float mask (0, or :math:`-\infty` at padding), which

@@ -1,0 +1,164 @@
+"""Methods by name (``pyrobnn.cli.methods``): every preset parses as the options it stands for, the user's options win
+over the preset's, the parametrized families resolve, a bad name is one error line, and each preset trains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyrobnn.cli import _parse
+from pyrobnn.cli.build import build, check_mcmc, check_run
+from pyrobnn.cli.methods import METHOD_NAMES, METHODS, expand_method, method_args, resolve_method
+from pyrobnn.cli.options import MCMCConfig, RunConfig
+from pyrobnn.cli.runs import load_data
+from tests.support import error_line, run_cli
+
+TOY = ["--dataset", "two-moons", "--train-size", "64", "--test-size", "32", "--hidden", "8", "--batch-size", "32",
+       "--epochs", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_each_preset_parses_into_its_commands_configuration_and_passes_its_checks(name):
+    method = METHODS[name]
+    assert method.paper
+    if method.command == "mcmc":
+        cfg = _parse(["mcmc", *method.args])
+        assert isinstance(cfg, MCMCConfig)
+        check_mcmc(cfg)
+        return
+    cfg = _parse(["train", *method.args, "--method", name])
+    assert isinstance(cfg, RunConfig) and cfg.method == name
+    check_run(cfg)
+
+
+def test_presets_carry_their_papers_settings():
+    """Spot checks against the papers (SPEC.md): Blundell's prior and 5 samples, Molchanov's initial log sigma^2,
+    Kingma's initial log alpha, Gal's p = 0.5, paper 004's node prior and initialisation, VDP++'s eq. 11 and 12."""
+    flags = {name: _parse(["train", *method.args]).flags() for name, method in METHODS.items()
+             if method.command == "train"}
+    assert (flags["bbb"]["--prior"], flags["bbb"]["--prior.pi"], flags["bbb"]["--num-particles"],
+            flags["bbb"]["--beta"]) == ("scale-mixture", 0.25, 5, "geometric")
+    assert flags["bbb"]["--prior.sigma2"] == pytest.approx(2.718281828459045 ** -8)
+    assert (flags["bbb-local"]["--estimator"], flags["flipout"]["--estimator"]) == ("local", "flipout")
+    assert flags["bbb-local"]["--prior"] == flags["flipout"]["--prior"] == "scale-mixture"  # only the estimator differs
+    assert (flags["vd-additive"]["--guide"], flags["vd-additive"]["--guide.init-log-sigma2"]) == ("additive", -10.0)
+    assert (flags["vd-multiplicative"]["--guide"], flags["vd-multiplicative"]["--guide.init-log-alpha"]) == (
+        "multiplicative", -4.0)
+    assert flags["variational-dense"]["--guide.parameterization"] == "log-variance"
+    assert (flags["mcdropout"]["--guide"], flags["mcdropout"]["--guide.rate"]) == ("dropout", 0.5)
+    assert (flags["map"]["--guide"], flags["map"]["--num-samples"]) == ("point", 1)
+    assert (flags["ibnn-4"]["--prior.scale"], flags["ibnn-4"]["--guide.init-scale"],
+            flags["ibnn-4"]["--guide.components"], flags["ibnn-4"]["--num-samples"]) == (0.3, 0.75, 4, 20)
+    assert (flags["vdp"]["--estimator"], flags["vdp"]["--guide.share"],
+            flags["vdp"]["--likelihood.vdp-objective"]) == ("vdp", "row", "gaussian")
+    assert (flags["ensemble-5"]["--ensemble"], flags["ensemble-5"]["--guide"]) == (5, "point")
+    assert (flags["laplace"]["--laplace"], flags["laplace"]["--num-samples"]) == (True, 100)
+    assert (flags["swag"]["--swag"], flags["swag"]["--optimizer"], flags["swag"]["--lr"], flags["swag"]["--swag.lr"],
+            flags["swag"]["--swag.rank"], flags["swag"]["--num-samples"]) == (True, "sgd", 0.05, 0.01, 20, 30)
+    assert (flags["multiswag-5"]["--swag"], flags["multiswag-5"]["--ensemble"]) == (True, 5)
+    assert [flags[name]["--sgmcmc"] for name in ("sgld", "sghmc", "csghmc")] == ["sgld", "sghmc", "csghmc"]
+    assert flags["csghmc"]["--lr"] == 0.5  # Zhang et al.'s lr_0
+    assert all(flags[name]["--guide"] == "point" for name in ("swag", "multiswag-5", "sgld", "sghmc", "csghmc"))
+
+
+def test_variational_dense_and_sparse_vd_warm_up_the_kl_under_beta_auto():
+    from pyrobnn.cli.build import paper_schedule
+
+    for name in ("variational-dense", "vd-additive"):
+        cfg = _parse(["train", *method_args(name), "--epochs", "9"])
+        assert paper_schedule(cfg).name == "linear" and paper_schedule(cfg).warmup == 3, name
+
+
+def test_families_resolve_any_positive_number_and_unknown_names_list_the_methods():
+    assert resolve_method("ibnn-4") == METHODS["ibnn-4"]
+    cfg = _parse(["train", *method_args("ibnn-8")])
+    assert (cfg.guide.components, cfg.output.num_samples) == (8, 40)
+    assert _parse(["train", *method_args("ensemble-3")]).posterior.ensemble == 3
+    multiswag = _parse(["train", *method_args("multiswag-3")]).posterior
+    assert (multiswag.ensemble, multiswag.swag) == (3, True)
+    assert "ibnn-K" in METHOD_NAMES and "ensemble-M" in METHOD_NAMES and "ibnn-4" not in METHOD_NAMES
+    assert "multiswag-M" in METHOD_NAMES and "multiswag-5" not in METHOD_NAMES
+    for bad in ("bbbb", "ibnn-0", "ensemble-", "ensemble-x", "ibnn-2-3", "multiswag-0"):
+        with pytest.raises(ValueError, match="unknown method.*bbb, bbb-local.*ensemble-M, laplace, swag, multiswag-M"):
+            resolve_method(bad)
+
+
+def test_expansion_puts_the_preset_first_so_the_users_options_win():
+    argv = expand_method(["train", "--method", "mcdropout", "--guide.rate", "0.1", "--estimator", "sample"])
+    assert argv[:3] == ["train", "--prior", "gaussian"] and argv[-6:] == ["--method", "mcdropout", "--guide.rate",
+                                                                         "0.1", "--estimator", "sample"]
+    cfg = _parse(argv)
+    assert (cfg.method, cfg.guide.name, cfg.guide.rate, cfg.optim.estimator) == ("mcdropout", "dropout", 0.1, "sample")
+    assert _parse(expand_method(["train", "--method=bbb"])).prior.name == "scale-mixture"
+    # the estimator the user names equals the command's default: it still wins over the preset's "local"
+    cfg = _parse(expand_method(["train", "--method", "bbb-local", "--estimator", "sample"]))
+    assert cfg.optim.estimator == "sample"
+    for unchanged in (["train", "--epochs", "2"], ["train", "--method", "nope"], ["train", "--method", "nuts"],
+                      ["evaluate", "--method", "bbb"], []):
+        assert expand_method(unchanged) == unchanged
+    mcmc = expand_method(["mcmc", "--method", "nuts", "--seed", "2"])  # MCMCConfig records no method
+    assert mcmc == ["mcmc", *METHODS["nuts"].args, "--seed", "2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "bbbb"], "--method bbbb: unknown method; choose one of bbb, bbb-local"),
+    (["--method", "nuts"], "--method nuts runs with `pyrobnn mcmc`"),
+    (["--method", "ensemble-2", "--guide", "normal"], "--ensemble 2 starts from MAP fits: use --guide point"),
+    (["--laplace"], "--laplace starts from MAP fits: use --guide point"),
+    (["--guide", "point", "--laplace", "--ensemble", "2"], "--ensemble 2 and --laplace are two posteriors"),
+    (["--guide", "point", "--ensemble", "-1"], "--ensemble"),
+])
+def test_bad_methods_and_posteriors_are_one_error_line_and_write_nothing(argv, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["train", *TOY, *argv, "--out", out]) == 2
+    assert message in error_line(capsys)
+    assert not out.exists()
+
+
+def test_help_lists_the_methods(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert run_cli(["train", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--method {bbb,bbb-local," in text
+    assert all(name in text for name in METHOD_NAMES)
+    for flag in ("--ensemble", "--laplace", "--swag", "--swag.start", "--swag.rank", "--swag.lr",
+                 "--sgmcmc {none,sgld,sghmc,csghmc}", "--sgmcmc.temperature", "--sgmcmc.chains"):
+        assert flag in text
+
+
+TRAINED = [name for name, method in METHODS.items() if method.command == "train"]
+
+LONGER = {"swag": ["--epochs", "2"], "multiswag-5": ["--epochs", "2"]}
+"""What a preset needs beyond one epoch of TOY: SWAG collects two iterates (one per epoch)."""
+
+DRAWS = ("ensemble-5", "laplace", "swag", "multiswag-5", "sgld", "sghmc", "csghmc")
+"""The presets whose posterior is draws (written to draws.pt)."""
+
+
+@pytest.mark.parametrize("name", TRAINED)
+def test_each_train_preset_trains_one_epoch_and_records_its_name(name, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["train", *TOY, "--method", name, *LONGER.get(name, []), "--out", out]) == 0, \
+        capsys.readouterr().err
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["config"]["method"] == name
+    assert 0 <= report["test"]["accuracy"] <= 1 and report["test"]["nll"] > 0
+    assert (out / "draws.pt").exists() == (name in DRAWS)
+    assert name in capsys.readouterr().out  # the row of the test table
+
+
+def test_nuts_preset_samples_through_pyrobnn_mcmc(tmp_path, capsys):
+    out = tmp_path / "nuts"
+    assert run_cli(["mcmc", "--method", "nuts", "--train-size", 30, "--test-size", 20, "--hidden", 4,
+                    "--num-samples", 10, "--warmup", 10, "--num-chains", 1, "--no-progress", "--out", out]) == 0
+    assert (out / "draws.pt").exists()
+
+
+def test_presets_build_the_guides_they_name():
+    from pyrobnn.guides import GUIDES
+
+    for name in TRAINED:
+        cfg = _parse(["train", *method_args(name), *TOY])
+        model, guide = build(cfg, load_data(cfg))
+        assert isinstance(guide, GUIDES[cfg.guide.name]) and model.sites(), name

@@ -1,0 +1,33 @@
+"""What many test modules share: the repository's root, the command line run in-process, its one-line errors, and a
+toy problem's options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyrobnn.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root (``pyrobnn/``, ``benchmarks/``, ``docs/``, ``examples/``, ``studies/``)."""
+
+
+def run_cli(argv):
+    """main(argv), returning the SystemExit code (0 when it returns normally)."""
+    try:
+        main([str(a) for a in argv])
+    except SystemExit as exit_:
+        return exit_.code
+    return 0
+
+
+def error_line(capsys) -> str:
+    """The captured stderr, which must be exactly one line ``error: ...``; returns it."""
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+MOONS = ["--dataset", "two-moons", "--train-size", 100, "--test-size", 100, "--hidden", 8, "--batch-size", 50,
+         "--num-samples", 5, "--no-progress"]
