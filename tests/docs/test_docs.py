@@ -86,12 +86,14 @@ def public_names() -> list[str]:
 # ----------------------------------------------------------------------------- the build
 
 
+@pytest.mark.slow
 def test_the_site_builds_without_a_warning(site):
     stderr = (site / "build-stderr.txt").read_text() if (site / "build-stderr.txt").exists() else ""
     assert "WARNING" not in stderr and "ERROR" not in stderr, stderr[-4000:]
     assert (site / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_every_public_name_has_an_entry_with_its_signature_and_docstring(site):
     entries = inventory(site)
     missing = [name for name in public_names() if name not in entries]
@@ -114,6 +116,7 @@ def test_every_public_name_has_an_entry_with_its_signature_and_docstring(site):
     assert not empty, f"entries without a signature or a docstring: {empty}"
 
 
+@pytest.mark.slow
 def test_the_top_level_names_resolve_to_their_full_entries(site):
     entries = inventory(site)
     assert entries["pyrobnn.NormalGuide"][1] == entries["pyrobnn.guides.NormalGuide"][1]
@@ -121,6 +124,7 @@ def test_the_top_level_names_resolve_to_their_full_entries(site):
     assert entries["pyrobnn.evaluate"][1] == "generated/api/pyrobnn.analysis.html#pyrobnn.analysis.evaluate.evaluate"
 
 
+@pytest.mark.slow
 def test_the_cli_reference_lists_every_command_and_option(site):
     page = (site / "generated" / "cli.html").read_text()
     text = html.unescape(re.sub(r"<[^>]+>", "", page))
@@ -131,6 +135,7 @@ def test_the_cli_reference_lists_every_command_and_option(site):
         assert f'id="cmdoption-pyrobnn-{command}-{option.lstrip("-")}"' in page, (command, option)
 
 
+@pytest.mark.slow
 def test_every_tutorial_ran_and_its_figures_are_on_its_page(site):
     assert TUTORIALS, "no tutorials in docs/tutorials"
     for script in TUTORIALS:

@@ -23,6 +23,8 @@ import pytest
 
 from tests.support import ROOT
 
+pytestmark = pytest.mark.slow  # builds an sdist and a wheel, installs it in a fresh venv
+
 TUTORIAL = ROOT / "docs" / "tutorials" / "01_first_bnn.py"
 
 for module in ("build", "twine"):
