@@ -365,6 +365,7 @@ def test_resume_is_refused_with_a_grid(folder, tmp_path):
 # ----------------------------------------------------------------------------- the study files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file, cells", [("uci_quick.toml", 5 * 2 * 5), ("uci.toml", 5 * 7 * 20)])
 def test_the_uci_study_files_run_at_ci_size(file, cells, data_root, tmp_path, monkeypatch):
     """Every method of the file on one split of Yacht for one epoch, through the study engine (the file's grid,

@@ -229,6 +229,7 @@ def test_every_documented_command_parses_as_written(source, command):
         pytest.fail(f"{source}: `{command}` does not parse (exit {exit_.code})")
 
 
+@pytest.mark.slow
 def test_the_short_documented_commands_run_as_written(tmp_path):
     """In an empty folder, in the order the documents give them (a command that reads a run written by a command
     that was not run is not run either)."""

@@ -36,6 +36,7 @@ def _check_moments(samples, mean, var, what):
     assert var_err.max() < 5, f"{what}: variance off by {var_err.max():.1f} standard errors"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["local", "flipout"])
 def test_linear_preactivations_have_the_moments_of_weight_sampling(mode):
     torch.manual_seed(0)
@@ -207,6 +208,7 @@ def test_vectorized_and_looped_predictions_agree_in_distribution():
     assert ((ratio - 1).abs() < 10 * math.sqrt(4.0 / n)).all(), f"variance ratios {ratio}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", ["lenet5", "vit"])
 def test_vectorized_prediction_of_convolutional_and_token_networks_is_weight_sampling(network):
     """Convolutions (and linear maps of tokens) share weights across positions: the vectorized

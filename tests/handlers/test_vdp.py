@@ -137,6 +137,7 @@ def _vdp_and_monte_carlo(model, guide, x, num_samples):
         return out, predictive_outputs(model, guide, x, num_samples=num_samples, vectorized=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", ["weight", "row"])
 def test_lenet_under_vdp_matches_weight_sampling(share):
     """The same network and guide: one deterministic pass vs Monte-Carlo weight sampling, small sigma,

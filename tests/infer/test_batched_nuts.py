@@ -330,6 +330,7 @@ def assert_same_predictive(a, b, z_max: float = 4.5) -> None:
     assert (z_var.abs() < z_max).all(), z_var
 
 
+@pytest.mark.slow
 def test_two_moons_predictive_agrees_with_pyros_nuts_and_numpyros():
     """The same model, prior and data, sampled by Pyro's NUTS, by the batched sampler and by NumPyro's NUTS (an
     independent implementation in JAX): the predictive probability of class 1 on a grid agrees within Monte-Carlo
@@ -401,6 +402,7 @@ this posterior's trajectories would otherwise run to hundreds of steps: at depth
 58 s of it; the tolerances come from each sampler's ESS, so shorter trajectories widen them, never bias them)."""
 
 
+@pytest.mark.slow
 def test_cubic_predictive_agrees_with_pyros_nuts_and_numpyros():
     """y = x³ with a 1-6-1 ReLU network: the predictive mean function's mean and variance on a grid (inside the
     data and extrapolating) agree between the batched sampler, Pyro's NUTS and NumPyro's NUTS (an independent
@@ -477,6 +479,7 @@ def test_funnel_reports_divergences():
     assert int(stats["diverging"].sum()) > 0 and int(stats["warmup_divergences"].sum()) > 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_draws_and_every_compiler_the_same_transition():
     potential = gaussian_potential(CORRELATED_MEAN, CORRELATED_COV)
     runs = [sample_chains(potential, torch.zeros(3, 2), num_samples=20, warmup=30, compile=compiler,

@@ -136,11 +136,13 @@ def _assert_close(actual: dict, expected: dict, **tolerance) -> None:
         torch.testing.assert_close(actual[name], expected[name], msg=lambda m: f"{name}: {m}", **tolerance)
 
 
+@pytest.mark.slow
 def test_processes_start_from_rank0_parameters(ranks, single):
     for record in ranks:  # rank 1 was built from another seed
         _assert_close(record["initial"], single["initial"], rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["sample", "vdp"])
 def test_averaged_gradient_is_the_gradient_of_the_concatenated_batch(ranks, single, estimator):
     """(1/P) sum_r grad[(N/B) sum_{B_r} NLL + KL] = grad[(N/(P B)) sum NLL + KL]: KL once, likelihood by N/(PB)."""
@@ -150,6 +152,7 @@ def test_averaged_gradient_is_the_gradient_of_the_concatenated_batch(ranks, sing
         _assert_close(record["steps"][estimator]["grad"], expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["sample", "vdp"])
 def test_a_step_leaves_identical_parameters_equal_to_one_process(ranks, single, estimator):
     after = [record["steps"][estimator]["after"] for record in ranks]
@@ -157,6 +160,7 @@ def test_a_step_leaves_identical_parameters_equal_to_one_process(ranks, single, 
     _assert_close(after[0], single["steps"][estimator]["after"], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_running_statistics_are_averaged(ranks, float64):
     """The average of the shards' running means is the running mean of the concatenated batch."""
     model, guide = _problem(INIT_SEED, batchnorm=True)
@@ -168,11 +172,13 @@ def test_running_statistics_are_averaged(ranks, float64):
     assert not torch.allclose(mean0, torch.zeros_like(mean0))
 
 
+@pytest.mark.slow
 def test_removed_averager_leaves_each_process_its_own_gradient(ranks):
     grads = [record["removed_grad"] for record in ranks]
     assert any(not torch.allclose(grads[0][name], grads[1][name]) for name in grads[0])
 
 
+@pytest.mark.slow
 def test_fit_trains_data_parallel_unchanged(ranks):
     for record in ranks:
         losses = record["fit"]["loss"]

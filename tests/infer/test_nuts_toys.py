@@ -10,11 +10,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
 
 EXAMPLE = ROOT / "examples" / "nuts_toys.py"
 
 
+@pytest.mark.slow
 def test_nuts_toys_runs_at_ci_size(tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, str(EXAMPLE), "--problems", "cubic", "--methods", "bbb", "--samples", "30",

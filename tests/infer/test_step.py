@@ -80,6 +80,7 @@ def test_the_recorded_step_has_the_eager_losses_gradients_and_draws(guide, estim
         assert eager[0][0].loss != eager[1][0].loss  # each step draws anew, in the replay too
 
 
+@pytest.mark.slow
 def test_the_inductor_step_draws_the_eager_noise_and_fuses_the_rest():
     # inductor takes torch's random draws (fallback_random), so the loss and gradients are the eager ones up to the
     # fused arithmetic

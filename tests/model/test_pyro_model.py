@@ -116,6 +116,7 @@ def train(model, guide, x, y, steps, lr=0.02):
     return guide
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", GUIDES)
 @pytest.mark.parametrize("task", ["regression", "classification"])
 def test_every_guide_trains_the_users_model_and_predicts(kind, task):
@@ -152,6 +153,7 @@ def test_mean_field_elbo_is_trace_elbo_in_expectation_on_the_users_model():
     assert abs(ours.mean() - pyros.mean()) < 4 * error, (ours.mean(), pyros.mean(), error)
 
 
+@pytest.mark.slow
 def test_normal_guide_fits_as_well_as_autonormal_over_seeds():
     """The same steps from three seeds (pyrobnn's fit, local reparameterization, both guides): NormalGuide's test
     RMSE is within the seeds' noise of AutoNormal's."""
@@ -301,6 +303,7 @@ def _predictive_moments(model, posterior, grid, samples):
     return out["mean"].reshape(-1), out["epistemic_std"].reshape(-1) ** 2
 
 
+@pytest.mark.slow
 def test_nuts_on_the_users_model_matches_the_bayesian_network_and_pyros_nuts():
     """The batched NUTS samples the user's model; its posterior predictive on a grid (mean and variance) equals that
     of the same architecture and priors built as a BayesianNetwork and that of Pyro's NUTS (sampler="pyro"), within

@@ -46,6 +46,7 @@ def _train_and_save(kind, tmp_path):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BUILD))
 @pytest.mark.parametrize("order", ["load-then-build", "build-then-load"])
 def test_a_fit_reloaded_in_a_new_process_predicts_exactly_as_before(kind, order, tmp_path):

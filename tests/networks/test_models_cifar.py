@@ -32,6 +32,7 @@ def _batch(n=3):
 # -- the architectures ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["sample", "local", "flipout", "vdp"])
 @pytest.mark.parametrize("name", list(TINY))
 def test_every_cifar_model_trains_under_every_estimator(name, method):

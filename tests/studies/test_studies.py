@@ -191,6 +191,7 @@ def test_the_example_study_file_parses():
 # ----------------------------------------------------------------------------- executors
 
 
+@pytest.mark.slow
 def test_a_process_pool_and_a_dask_cluster_give_the_serial_records(serial, tmp_path):
     _, records = serial
     for executor in ("local", "dask"):

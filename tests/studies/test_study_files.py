@@ -44,6 +44,7 @@ def test_there_are_study_files():
     assert {path.stem for path in STUDY_FILES} >= {"bbb_mnist", "sparse_vd_mnist", "vdp_mnist", "sinusoid_regression"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in STUDY_FILES if p.stem not in RUN_BY_TEST_UCI], ids=lambda path: path.stem)
 def test_a_study_file_runs_every_cell_at_a_tiny_size(path, data_root, tmp_path):
     study = load_study(path)
@@ -74,6 +75,7 @@ def study_file(path: Path) -> dict:
     return tomllib.loads(path.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, configuration", [(p, c) for p in STUDY_FILES
                                                  for c in list(study_file(p).get("configurations", {})) or [None]],
                          ids=lambda value: value.stem if isinstance(value, Path) else str(value))

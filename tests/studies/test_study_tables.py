@@ -43,6 +43,7 @@ def test_cells_cached_before_the_data_options_existed_keep_their_keys():
     assert cache_key("train", seeded) != "02ced9d8237d"
 
 
+@pytest.mark.slow
 def test_a_study_on_arrays_in_memory_runs_on_two_worker_processes(tmp_path):
     """The arrays are written once, named by their content, to the study's folder, where the spawned workers (which
     cannot see this process's memory) read them; the same content makes the same cells, other content new ones."""
