@@ -316,7 +316,7 @@ def ess_min(result) -> float:
     """The smallest bulk ESS over all weights. Pyro's estimator (and with it ``diagnostics["ess_min"]``)
     returns a negative or huge value for a weight whose draws are anti-correlated (the autocorrelation sum
     tau <= 0, an ESS above the number of draws); such values count as S log10 S, ArviZ's cap."""
-    cap = result.num_draws * math.log10(result.num_draws)
+    cap = len(result) * math.log10(len(result))
     worst = math.inf
     for value in result.draws.values():
         ess = effective_sample_size(value.reshape(value.shape[:2] + (-1,)).double(), chain_dim=0, sample_dim=1)
@@ -339,7 +339,7 @@ def run_problem(problem: Problem, args) -> tuple[dict, dict]:
     net = MLP(in_features, problem.hidden, 2 if problem.task == "classification" else 1)
     model, result, seconds = run_nuts(problem, net, args, samples=args.samples, warmup=args.warmup,
                                       chains=args.chains, tree_depth=args.max_tree_depth)
-    posterior = result.posterior()
+    posterior = result.guide()
     grids = {"nuts": predictive(problem, "nuts", model, posterior, problem.grid, args)}
     metrics = {"nuts": scores(problem, predictive(problem, "nuts", model, posterior, problem.x_test, args),
                               grids["nuts"], None) | nuts_summary(result, seconds)}
@@ -387,7 +387,7 @@ def run_depth_study(problem: Problem, args, first_estimate: float) -> tuple[dict
         model, result, nuts_seconds = run_nuts(problem, net, args, samples=args.depth_samples,
                                                warmup=args.depth_warmup, chains=args.chains,
                                                tree_depth=args.depth_tree_depth)
-        posterior = result.posterior()
+        posterior = result.guide()
         reference = predictive(problem, "nuts", model, posterior, problem.grid, args)
         row = {"nuts": scores(problem, predictive(problem, "nuts", model, posterior, problem.x_test, args), reference,
                               None) | nuts_summary(result, nuts_seconds)}

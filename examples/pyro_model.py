@@ -91,7 +91,7 @@ def main(argv=None) -> list[dict]:
     tick = time.perf_counter()
     result = sample_posterior(model, x, y, num_samples=args.nuts_samples, warmup=args.nuts_samples, num_chains=4,
                               seed=args.seed, map_steps=500)
-    draws = result.posterior()
+    draws = result.guide()
     score(f"NUTS ({result.diagnostics['sampler']}, 4 chains, R-hat on predictions "
           f"{result.diagnostics['prediction_r_hat_max']:.3f})", model, draws, time.perf_counter() - tick, len(draws))
 

@@ -3,7 +3,7 @@
 The layers, from the ground up (``tests/core/test_layers.py`` enforces them): ground utilities (``checks``,
 ``files``, ``device``, ``checkpoint``, ``_compat``); ``distributions``, ``data``, ``networks``; ``handlers``
 (how a model runs); ``model`` (what it is); ``guides`` (posterior families); ``infer`` (ELBO, SVI, prediction,
-NUTS); ``analysis``; ``cli``.
+NUTS); ``analysis``; ``methods`` (each method as an object: how it trains, the posterior it returns); ``cli``.
 """
 
 from pyrobnn._version import __version__

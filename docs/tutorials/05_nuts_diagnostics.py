@@ -42,9 +42,9 @@ for key in ["r_hat_max", "prediction_r_hat_max", "ess_min", "prediction_ess_min"
 print("warnings:", d["warnings"] or "none")
 
 # %%
-# The posterior predictive: each draw of the chains is one network; ``result.posterior()`` is an empirical guide
+# The posterior predictive: each draw of the chains is one network; ``result.guide()`` is an empirical guide
 # that ``predict`` and ``evaluate`` take as they take a variational one.
-posterior = result.posterior()
+posterior = result.guide()
 grid = torch.linspace(-6, 6, 200).unsqueeze(-1)
 out = predict(model, posterior, (grid - x_mean) / x_std, num_samples=len(posterior))
 mean = out["mean"].squeeze(-1) * y_std + y_mean

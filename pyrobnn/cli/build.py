@@ -4,6 +4,7 @@ the checks of a run's options that need them (before anything is loaded or writt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 from pathlib import Path
@@ -13,14 +14,12 @@ import torch
 
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import in_range, multiples_near, nonnegative, nonnegative_int, one_line, positive, positive_int
-from pyrobnn.cli.methods import resolve_method
+from pyrobnn.cli.methods import GUIDE_ARGUMENTS, SCHEDULE_ARGUMENTS, resolve_method, run_method
 from pyrobnn.cli.options import (
     MCMC_MODELS,
     PROTOCOL,
-    SPARSE_VD_LR,
     TAU,
     TOY_DATASETS,
-    BetaOptions,
     LikelihoodOptions,
     MCMCConfig,
     MCMCLikelihoodOptions,
@@ -39,33 +38,34 @@ from pyrobnn.guides import GUIDES
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
-from pyrobnn.infer.optim import FlatThenLinear, Optim, StepDecay, make_optimizer, split_parameters
+from pyrobnn.infer.optim import FlatThenLinear, GuideRateOptim, Optim, StepDecay
 from pyrobnn.infer.schedules import SCHEDULES, Constant
-from pyrobnn.infer.sgmcmc import SGMCMC, sampler_options
-from pyrobnn.infer.swag import check_collection, swa_schedule
+from pyrobnn.infer.sgmcmc import SGMCMC
+from pyrobnn.infer.swag import check_collection
+from pyrobnn.methods import Method
+from pyrobnn.methods.rules import learning_rate
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
 from pyrobnn.model.likelihoods import LIKELIHOODS, HeteroscedasticGaussian
 from pyrobnn.model.priors import PRIORS
 from pyrobnn.networks import build_net
 
-__all__ = ["make_prior", "make_likelihood", "beta_schedule", "make_optimizer_factory", "build", "build_network",
-           "GuideRateOptim", "load_pretrained", "check_run", "check_batches", "check_posterior", "check_mcmc",
-           "check_calibration", "noise_grid", "dataset_options", "check_data", "check_swag", "check_sgmcmc",
-           "sgmcmc_options", "swag_start", "sampler"]
-
-_SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
-"""Schedule constructor argument -> BetaOptions field, where the names differ (Constant(beta), LinearWarmup(final))."""
-
-
-_GUIDE_ARGUMENTS = {"num_components": "components"}
-"""Guide constructor argument -> GuideOptions field, where the names differ (``--guide.components`` is K)."""
+__all__ = ["make_prior", "make_likelihood", "beta_schedule", "optimizer_of", "settings_of", "method_of", "build",
+           "build_network", "network_of", "load_pretrained", "check_run", "check_batches", "check_posterior",
+           "check_mcmc", "check_calibration", "noise_grid", "dataset_options", "check_data", "check_swag",
+           "check_sgmcmc", "sampler"]
 
 
 def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Optional[dict] = None):
     """``registry[name](*args, **kw)`` with ``kw`` the fields of ``options`` the constructor takes
     (through ``renamed``: constructor argument -> field). A field that the constructor does not take
     but was changed from its default is an error, not silently ignored."""
+    cls, kwargs = _arguments(kind, registry, name, options, renamed)
+    return cls(*args, **kwargs)
+
+
+def _arguments(kind: str, registry: dict, name: str, options, renamed: Optional[dict] = None) -> tuple[type, dict]:
+    """``(registry[name], kw)`` of :func:`_construct`."""
     cls = registry[name]
     parameters = inspect.signature(cls).parameters
     renamed = renamed or {}
@@ -83,7 +83,7 @@ def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Op
     if ignored:
         raise ValueError(f"{' and '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to "
                          f"--{kind} {name}")
-    return cls(*args, **kwargs)
+    return cls, kwargs
 
 
 def make_prior(cfg):
@@ -103,31 +103,9 @@ def make_likelihood(cfg, task: Optional[str]):
     return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
 
 
-def paper_schedule(cfg: RunConfig) -> BetaOptions:
-    """The β schedule of ``--beta auto``: the one the paper of the run's guide and prior trains with.
-
-    - MC dropout and MAP (``dropout``, ``point``): constant 1, the KL being weight decay (Gal & Ghahramani 2016);
-    - the node prior (implicit BNN): β from 0 to 1 over the first 2/3 of the epochs (Trinh et al. 2020);
-    - the log-uniform prior (variational dropout): β = 0 for the first third of the epochs, then linear to 1 at
-      the end: Molchanov et al. (2017) pre-train without the KL, then warm it up linearly; from the first step
-      at β = 1, the KL of every weight prunes an untrained network to chance;
-    - Graves' variational dense (``--guide normal --guide.parameterization log-variance``): the same warm-up, then
-      linear annealing, as the VariationalMLP.jl thesis (paper 001) trains it;
-    - otherwise (Bayes by Backprop with a Gaussian or scale-mixture prior): Blundell et al.'s geometric weights.
-    """
-    epochs = cfg.optim.epochs
-    if cfg.guide.name in ("dropout", "point"):
-        return BetaOptions(name="constant")
-    if cfg.prior.name == "node":
-        return BetaOptions(name="linear", anneal=max(1, 2 * epochs // 3))
-    if cfg.prior.name == "log-uniform" or (cfg.guide.name == "normal" and cfg.guide.parameterization == "log-variance"):
-        warmup = math.ceil(epochs / 3) if epochs > 1 else 0
-        return BetaOptions(name="linear", warmup=warmup, anneal=max(1, epochs - warmup))
-    return BetaOptions(name="geometric")
-
-
-def beta_schedule(cfg: RunConfig):
-    """The β schedule named by ``--beta`` (``auto``: :func:`paper_schedule`), with its options."""
+def _schedule(cfg: RunConfig):
+    """The β schedule that ``--beta`` names, with its options; ``None`` for ``--beta auto`` (the paper's: the
+    method's rule, :func:`~pyrobnn.methods.rules.paper_schedule`), which takes no options."""
     options = cfg.optim.beta
     if options.name == "auto":
         changed = [flag("beta", f.name, True) for f in dataclasses.fields(options)
@@ -135,8 +113,29 @@ def beta_schedule(cfg: RunConfig):
         if changed:
             raise ValueError(f"{' and '.join(changed)} need(s) a named schedule: --beta constant, linear or geometric "
                              "(--beta auto picks the paper's schedule and its options)")
-        options = paper_schedule(cfg)
-    return _construct("beta", SCHEDULES, options.name, options, renamed=_SCHEDULE_ARGUMENTS)
+        return None
+    return _construct("beta", SCHEDULES, options.name, options, renamed=SCHEDULE_ARGUMENTS)
+
+
+def beta_schedule(cfg: RunConfig):
+    """The run's β schedule: ``--beta`` with its options, or for ``--beta auto`` the method's paper's
+    (:meth:`~pyrobnn.methods.Method.schedule`)."""
+    return method_of(cfg).schedule(cfg.optim.epochs)
+
+
+def settings_of(cfg: RunConfig) -> dict:
+    """The settings of :class:`~pyrobnn.methods.Method` that the options build: the prior, the guide factory, the
+    estimator, particles, batch size, predictive samples, β schedule (``None``: auto) and optimiser."""
+    guide_cls, guide_kwargs = _arguments("guide", GUIDES, cfg.guide.name, _guide_options(cfg), GUIDE_ARGUMENTS)
+    opt = cfg.optim
+    return dict(prior=make_prior(cfg), guide=functools.partial(guide_cls, **guide_kwargs), estimator=opt.estimator,
+                num_particles=opt.num_particles, batch_size=opt.batch_size, num_samples=cfg.output.num_samples,
+                beta=_schedule(cfg), optimizer=optimizer_of(cfg))
+
+
+def method_of(cfg: RunConfig) -> Method:
+    """The method the run trains (:func:`~pyrobnn.cli.methods.run_method` of :func:`settings_of`)."""
+    return run_method(cfg, settings_of(cfg))
 
 
 def _selection(cfg, net):
@@ -148,14 +147,16 @@ def _selection(cfg, net):
     return [pattern.strip() for pattern in cfg.model.bayesian.split(",") if pattern.strip()]
 
 
-def build(cfg: RunConfig, data) -> tuple[BayesianNetwork, object]:
-    """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`).
+def build(cfg: RunConfig, data, method: Optional[Method] = None) -> tuple[BayesianNetwork, object]:
+    """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`): the network with the method's
+    prior and guide (:meth:`~pyrobnn.methods.Method.build`; ``method``: the run's, :func:`method_of`).
 
     Weights are initialised from torch's global RNG: seed it first (``pyro.set_rng_seed``)
     for a reproducible initialisation.
     """
-    model = build_network(cfg, data)
-    return model, _construct("guide", GUIDES, cfg.guide.name, _guide_options(cfg), model, renamed=_GUIDE_ARGUMENTS)
+    method = method_of(cfg) if method is None else method
+    net, likelihood = network_of(cfg, data)
+    return method.build(net, likelihood=likelihood, num_data=len(data.x_train), **_selected_sites(cfg, net, data))
 
 
 def _guide_options(cfg):
@@ -172,6 +173,21 @@ def _guide_options(cfg):
 def build_network(cfg, data) -> BayesianNetwork:
     """The model of a run (:class:`RunConfig` or :class:`MCMCConfig`: its data, model, prior and likelihood
     groups), for a dataset (:class:`~pyrobnn.data.DataSplits`); weights drawn from torch's global RNG."""
+    net, likelihood = network_of(cfg, data)
+    return BayesianNetwork(net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
+                           **_selected_sites(cfg, net, data))
+
+
+def _selected_sites(cfg, net, data) -> dict:
+    """Which of ``net``'s parameters are Bayesian (``--bayesian``), and the inputs' shape."""
+    return dict(include=_selection(cfg, net), deterministic=cfg.model.bayesian == "none",
+                input_shape=data.input_shape)
+
+
+def network_of(cfg, data) -> tuple:
+    """``(network, likelihood)`` of a run for a dataset: the likelihood of ``--likelihood`` (checked against the
+    task) and the network of ``--model`` with as many outputs as it needs (``--init-from``: its pre-trained
+    weights); weights drawn from torch's global RNG."""
     likelihood = make_likelihood(cfg, data.task)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
     try:
@@ -181,11 +197,7 @@ def build_network(cfg, data) -> BayesianNetwork:
         raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if cfg.model.init_from is not None:
         load_pretrained(net, cfg.model.init_from)
-    deterministic = cfg.model.bayesian == "none"
-    return BayesianNetwork(
-        net, likelihood, prior=make_prior(cfg), num_data=len(data.x_train),
-        include=_selection(cfg, net), deterministic=deterministic, input_shape=data.input_shape,
-    )
+    return net, likelihood
 
 
 def load_pretrained(net: torch.nn.Module, path) -> None:
@@ -262,10 +274,9 @@ def check_run(cfg: RunConfig) -> None:
                          "--bayesian none` run")
     make_prior(cfg)
     _guide_options(cfg)
-    beta_schedule(cfg)
+    _schedule(cfg)
     if cfg.likelihood.name != "auto":
         make_likelihood(cfg, None)
-    make_optimizer_factory(cfg)
     if cfg.optim.estimator == "vdp" and cfg.optim.num_particles != 1:
         raise ValueError(f"--num-particles {cfg.optim.num_particles} does not apply to --estimator vdp: VDP++ "
                          "propagates moments deterministically, one pass without particles")
@@ -277,6 +288,7 @@ def check_run(cfg: RunConfig) -> None:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
                              f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
+    method_of(cfg)  # the method the options describe: its prior, guide, schedule and optimiser, checked
     check_calibration(cfg)
     check_data(cfg)
 
@@ -335,12 +347,6 @@ def _options_beside(cfg: RunConfig, prefix: str, used: bool, what: str) -> None:
         raise ValueError(f"{changed[0]} sets {what}: add --{prefix}{'' if prefix == 'swag' else ' NAME'}")
 
 
-def swag_start(cfg: RunConfig) -> int:
-    """T of ``--swag.start``, by default half the epochs (at most all but two, at least 0)."""
-    start, epochs = cfg.posterior.swag_start, cfg.optim.epochs
-    return max(0, min(epochs // 2, epochs - 2)) if start is None else start
-
-
 def check_swag(cfg: RunConfig) -> None:
     """``--swag``: SGD's iterates (``--optimizer sgd``), a rank of at least 2, a start that leaves two epochs to
     collect, a positive ``--swag.lr`` that is the only learning-rate schedule."""
@@ -351,7 +357,7 @@ def check_swag(cfg: RunConfig) -> None:
     if cfg.optim.optimizer != "sgd":
         raise ValueError(f"--swag fits its Gaussian to SGD's iterates: pass --optimizer sgd (got --optimizer "
                          f"{cfg.optim.optimizer})")
-    check_collection(swag_start(cfg), cfg.optim.epochs, post.swag_rank,
+    check_collection(method_of(cfg).collection_start(cfg.optim.epochs), cfg.optim.epochs, post.swag_rank,
                      {"start": "--swag.start", "rank": "--swag.rank", "epochs": "--epochs"})
     if post.swag_lr is not None:
         positive("--swag.lr", post.swag_lr)
@@ -392,19 +398,11 @@ the run's own epochs keep: :func:`check_batches`)."""
 def sampler(cfg: RunConfig, steps_per_epoch: int) -> SGMCMC:
     """The optimizer factory of ``--sgmcmc`` for epochs of ``steps_per_epoch`` steps, checked (a ``ValueError`` naming
     ``--sgmcmc``)."""
-    options = sgmcmc_options(cfg)
+    method = method_of(cfg)
     try:
-        return SGMCMC(learning_rate(cfg), epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch, **options)
+        return SGMCMC(method.lr, epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch, **method.settings())
     except ValueError as error:
         raise ValueError(f"--sgmcmc {cfg.posterior.sgmcmc}: {error}") from None
-
-
-def sgmcmc_options(cfg: RunConfig) -> dict:
-    """The settings of ``--sgmcmc NAME`` (:data:`~pyrobnn.infer.sgmcmc.SGMCMC_SAMPLERS`) with the ``--sgmcmc.*`` the
-    run sets: ``{"friction", "cycles", "exploration", "temperature"}``."""
-    post = cfg.posterior
-    return sampler_options(post.sgmcmc, friction=post.sgmcmc_friction, cycles=post.sgmcmc_cycles,
-                           exploration=post.sgmcmc_exploration, temperature=post.sgmcmc_temperature)
 
 
 def check_calibration(cfg) -> None:
@@ -473,43 +471,20 @@ def check_mcmc(cfg: MCMCConfig) -> None:
         make_likelihood(cfg, None)
 
 
-def make_optimizer_factory(cfg: RunConfig) -> Optim:
-    """The optimiser of ``--optimizer``, ``--lr``, ``--weight-decay`` (per example, as papers state them) with the
-    step decay of ``--lr-step`` and ``--lr-gamma``, the linear decay of ``--lr-linear-from``, or SWAG's schedule down
-    to ``--swag.lr`` (:func:`~pyrobnn.infer.swag.swa_schedule`). ``--sgmcmc`` replaces it with its sampler
-    (:func:`pyrobnn.cli.posteriors.trainer`)."""
+def optimizer_of(cfg: RunConfig) -> Optim:
+    """The optimiser of ``--optimizer``, ``--lr`` (by default the prior's: :func:`~pyrobnn.methods.rules.learning_rate`)
+    and ``--weight-decay`` (per example, as papers state them), with the step decay of ``--lr-step`` and
+    ``--lr-gamma`` or the linear decay of ``--lr-linear-from``, and ``--variational-lr-factor`` times the rate on the
+    guide's parameters (:class:`~pyrobnn.infer.optim.GuideRateOptim`). A method may build on it (SWAG's schedule down
+    to ``--swag.lr``; SG-MCMC's sampler replaces it)."""
     opt = cfg.optim
     schedule = StepDecay(opt.lr_step, opt.lr_gamma) if opt.lr_step else \
         FlatThenLinear(opt.epochs, start=opt.lr_linear_from, end=1.0, final=0.0) if opt.lr_linear_from else None
-    if cfg.posterior.swag and cfg.posterior.swag_lr is not None:
-        schedule = swa_schedule(swag_start(cfg), cfg.posterior.swag_lr / learning_rate(cfg))
+    lr = opt.lr if opt.lr is not None else learning_rate(make_prior(cfg))
     if opt.variational_lr_factor != 1:
-        return GuideRateOptim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule,
-                         factor=positive("--variational-lr-factor", opt.variational_lr_factor))
-    return Optim(opt.optimizer, learning_rate(cfg), opt.weight_decay, schedule=schedule)
-
-
-@dataclasses.dataclass(frozen=True)
-class GuideRateOptim(Optim):
-    """:class:`~pyrobnn.infer.optim.Optim` with the guide's parameters at ``factor`` times the learning rate and the
-    network's at the rate (``--variational-lr-factor``: the implicit BNN's large rate on its mixture, Trinh et al.
-    2020)."""
-
-    factor: float = 1.0
-
-    def __call__(self, model, guide) -> torch.optim.Optimizer:
-        network, variational = split_parameters(model, guide)
-        options = self.group(model)  # per example -> the summed ELBO's
-        groups = [{"params": network}, {"params": variational, "lr": options["lr"] * self.factor}]
-        return make_optimizer([group for group in groups if group["params"]], self.name, **options)
-
-
-def learning_rate(cfg: RunConfig) -> float:
-    """``--lr``, else its default: :data:`~pyrobnn.cli.options.SPARSE_VD_LR` with the log-uniform prior, else
-    :class:`~pyrobnn.infer.optim.Optim`'s."""
-    if cfg.optim.lr is not None:
-        return cfg.optim.lr
-    return SPARSE_VD_LR if cfg.prior.name == "log-uniform" else Optim.lr
+        return GuideRateOptim(opt.optimizer, lr, opt.weight_decay, schedule=schedule,
+                              factor=positive("--variational-lr-factor", opt.variational_lr_factor))
+    return Optim(opt.optimizer, lr, opt.weight_decay, schedule=schedule)
 
 
 def noise_grid(cfg: MCMCConfig, read_protocol: bool = True) -> tuple[str, ...]:

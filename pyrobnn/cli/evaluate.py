@@ -13,7 +13,6 @@ from pyrobnn.checks import positive_int
 from pyrobnn.cli.options import MAX_MEMORY_HINT, CorruptionTypes, OODDataset, Severities
 from pyrobnn.cli.report import console, draws_shape
 from pyrobnn.cli.runs import (
-    MCMC_KIND,
     calibration_split,
     check_corruptible,
     check_severities,
@@ -29,6 +28,7 @@ from pyrobnn.cli.runs import (
 from pyrobnn.data.corruptions import CIFAR10_C
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.files import check_writable, write_json
+from pyrobnn.infer.mcmc import MCMCResult
 
 __all__ = ["Evaluate", "evaluate"]
 
@@ -93,7 +93,7 @@ def evaluate(args: Evaluate) -> dict[str, float]:
     if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` (or train) reported it, or an
         # evenly thinned subset (PosteriorDraws.thinned: every chain, the whole run)
         num_samples = len(guide) if args.num_samples is None else args.num_samples
-        moments, row = False, "nuts" if state["kind"] == MCMC_KIND else state["kind"]
+        moments, row = False, "nuts" if state["kind"] == MCMCResult.kind else state["kind"]
         subset = "" if num_samples == len(guide) else f", {num_samples} spread over them"
         title = (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])}{subset})" if row == "nuts"
                  else f"{args.checkpoint} ({row}, {len(guide)} draws{subset})")

@@ -13,7 +13,9 @@ each stack with the recorded step. With ``--ensemble M`` a point is scored as th
 members (initialised from seeds seed..seed+M-1, trained in the same stack; they share its batches, where the
 final ensemble's members each draw their own) predict as their uniform mixture. With ``--swag`` and ``--sgmcmc`` a
 point is scored by the draws it would give (its SWAG, or MultiSWAG with ``--ensemble M``; its ``--sgmcmc.chains``
-chains), collected by the stacked optimiser (:func:`~pyrobnn.cli.posteriors.collector`).
+chains), collected by the stacked optimiser (:meth:`~pyrobnn.methods.Method.train_stacked`). A point whose
+training diverges (its loss becomes NaN or infinite, with a step too large for its noise precision, say) is dropped
+from the search with one warning naming it, and the points trained with it train again without it.
 
 A grid is ``NAME=V1,V2,...`` per option, ``NAME`` a flag of ``pyrobnn train`` without its dashes
 (``guide.rate``, ``likelihood.scale``, ``prior.scale``, ``lr``, ``hidden``, ...; not the data and output options),
@@ -39,7 +41,7 @@ from typing import Literal, Union
 
 import pyro
 
-from pyrobnn.cli.build import build, check_run
+from pyrobnn.cli.build import build, check_run, method_of
 from pyrobnn.cli.options import (
     PROTOCOL,
     TAU,
@@ -49,14 +51,13 @@ from pyrobnn.cli.options import (
     grid_entry,
     noise_precision,
 )
-from pyrobnn.cli.posteriors import collected_posterior, collector
-from pyrobnn.cli.report import num, say
-from pyrobnn.cli.runs import augmentation, fit_options, gigabytes, load_data, test_report
+from pyrobnn.cli.report import num, say, warn
+from pyrobnn.cli.runs import augmentation, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.data.splits import holdout_splits
 from pyrobnn.device import resolve_device
-from pyrobnn.infer.ensemble import EnsembleResult
-from pyrobnn.infer.replicas import fit_replicas
+from pyrobnn.infer.svi import TrainingDiverged
+from pyrobnn.methods import Posterior
 
 __all__ = ["TAU", "PROTOCOL", "STACKED", "grid_axes", "grid_points", "configured", "replica_groups", "held_out_search",
            "search_split", "select_hyperparameters"]
@@ -185,17 +186,25 @@ def _shown(point: dict[str, str]) -> str:
 
 def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: str, held,
                     larger_is_better: bool = True) -> tuple[int, dict]:
-    """Score each grid point's run on the held-out 20 % (``evaluate(run)`` -> its metrics, ``score`` among them)
-    and choose the best (the first of equal scores): ``(index of the best point, the record of the search)``, the
-    record ``{"score", "fit_size", "held_out_size", "points": [{"values", <metrics>}], "chosen", "seconds"}``.
+    """Score each grid point's run on the held-out 20 % (``evaluate(run)`` -> its metrics, ``score`` among them;
+    None: the point was dropped, its training diverged) and choose the best (the first of equal scores): ``(index of
+    the best point, the record of the search)``, the record ``{"score", "fit_size", "held_out_size", "points":
+    [{"values", <metrics> or "diverged"}], "chosen", "seconds"}``.
     Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``."""
     tick, records = time.perf_counter(), []
     for i, (point, run) in enumerate(zip(points, runs)):
         metrics = evaluate(run)
+        if metrics is None:  # its training diverged: dropped
+            records.append({"values": point, "diverged": True})
+            continue
         records.append({"values": point, **metrics})
         say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
+    scored = [i for i, record in enumerate(records) if not record.get("diverged")]
+    if not scored:
+        raise ValueError(f"--grid: the training of every one of its {len(points)} points diverged; lower --lr (or "
+                         "choose other values)")
     sign = 1.0 if larger_is_better else -1.0
-    best = max(range(len(points)), key=lambda i: sign * records[i][score])
+    best = max(scored, key=lambda i: sign * records[i][score])
     say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
     return best, {"score": score, "fit_size": len(held.x_train), "held_out_size": len(held.x_test),
                   "points": records, "chosen": points[best], "seconds": time.perf_counter() - tick}
@@ -252,37 +261,47 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         f"{len(held.x_test)} held out ({score})")
 
     stacks = replica_groups(points)
-    trained: dict[int, tuple] = {}
-    # --ensemble M: each point is scored as the ensemble (or MultiSWAG) it would train; --sgmcmc.chains C: its C chains
-    members = cfg.posterior.sgmcmc_chains if cfg.posterior.sgmcmc != "none" else max(cfg.posterior.ensemble, 1)
+    trained: dict[int, Posterior] = {}
+    aug = augmentation(cfg, held)
+
+    def train_stack(stack: list[int]) -> None:
+        """Train the points of ``stack`` at once (pyrobnn.infer.replicas); a point whose training diverges is dropped
+        with one warning, and the others train again without it."""
+        remaining = list(stack)
+        while remaining:
+            first = runs[remaining[0]]
+            method = method_of(first)
+            pairs = []  # each point as the method trains it: an ensemble's members, MultiSWAG's SWAGs, the chains
+            for i in remaining:
+                for m in range(method.runs):
+                    pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of run m)
+                    pairs.append(build(runs[i], held, method))
+            try:
+                posteriors = method.train_stacked(
+                    pairs, held.x_train, held.y_train, epochs=first.optim.epochs, seed=first.optim.seed,
+                    precision=first.optim.precision, transform=None if aug is None else aug.normalize,
+                    compile=first.optim.compile, device=device)
+            except TrainingDiverged as error:
+                point = remaining[0 if error.replica is None else error.replica // method.runs]
+                warn(f"--grid {_shown(points[point])}: training diverged, so the point is dropped from the search "
+                     f"({error})")
+                diverged[point] = str(error)
+                remaining.remove(point)
+                continue
+            trained.update(zip(remaining, posteriors))
+            return
+
+    diverged: dict[int, str] = {}
 
     def evaluate(run):
         index = next(i for i, r in enumerate(runs) if r is run)
-        if index not in trained:  # the points of its stack trained at once (pyrobnn.infer.replicas)
-            stack = next(stack for stack in stacks if index in stack)
-            pairs = []
-            for i in stack:
-                for m in range(members):
-                    pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of ensemble member m)
-                    pairs.append(build(runs[i], held))
-            options = dict(fit_options(runs[stack[0]]))
-            collected = collector(runs[stack[0]], len(held.x_train), options["optimizer"])
-            if collected is not None:  # SWAG's moments, SG-MCMC's draws: the optimiser's collection
-                options["optimizer"] = collected
-            fit_replicas(pairs, held.x_train, held.y_train, **options, device=device)
-            trained.update((i, (pairs, range(k * members, (k + 1) * members), collected)) for k, i in enumerate(stack))
-        pairs, rows, collected = trained.pop(index)
-        model, guide = pairs[rows[0]]
-        num_samples = run.output.num_samples
-        if collected is not None:  # the point's score is its posterior's draws
-            guide = collected_posterior(run, collected, model, rows, held).posterior()
-            num_samples = len(guide)
-        elif members > 1:  # the point's score is its ensemble's: the uniform mixture of the members
-            guide = EnsembleResult.of(model, [pairs[r][1] for r in rows]).posterior()
-            num_samples = members
-        return test_report(model, guide, held, num_samples,
-                           run.optim.seed, moments=run.optim.estimator == "vdp",
-                           max_memory=gigabytes(run.output.max_memory))
+        if index not in trained and index not in diverged:
+            train_stack(next(stack for stack in stacks if index in stack))
+        if index in diverged:
+            return None
+        posterior = trained.pop(index)
+        return test_report(posterior.model, posterior.guide, held, posterior.num_samples, run.optim.seed,
+                           moments=posterior.moments, max_memory=gigabytes(run.output.max_memory))
 
     best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification)
     return configured(cfg, points[best], data), {"grid": {name: list(values) for name, values in axes}, **record}

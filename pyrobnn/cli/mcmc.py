@@ -49,7 +49,7 @@ from pyrobnn.cli.report import (
     shown,
     warn,
 )
-from pyrobnn.cli.runs import CALIBRATION_SEED, MCMC_KIND, calibration_split, load_data, save_draws, test_report
+from pyrobnn.cli.runs import CALIBRATION_SEED, calibration_split, load_data, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
 
@@ -90,7 +90,7 @@ def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: boo
 def _tested(model, result: MCMCResult, data, seed: int, held_out=None, coverage: float = 0.9) -> dict:
     """The test report of all draws' predictive mixture (original units for a standardised target); calibrated on
     ``held_out`` (``--calibrate``) when given."""
-    posterior = result.posterior()
+    posterior = result.guide()
     return test_report(model, posterior, data, len(posterior), seed, held_out=held_out, coverage=coverage)
 
 
@@ -151,7 +151,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
     size = result.diagnostics["num_weights"]
     diagnostics = result.diagnostics
     metrics = _tested(model, result, data, seed, held_out, cfg.calibration.coverage)
-    save_draws(out / "draws.pt", MCMC_KIND, cfg, model, result.draws, diagnostics=diagnostics, test=metrics)
+    result.save(out / "draws.pt", config=cfg.to_dict(), diagnostics=diagnostics, test=metrics)
     report = {"diagnostics": diagnostics, "test": metrics, "config": cfg.to_dict()}
     if selection is not None:
         report["selection"] = selection
@@ -165,7 +165,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
         classification = data.task == "classification"
         plot = out / ("boundary.png" if classification else "predictive.png")
         title = f"{cfg.data.dataset}: NUTS, {draws_shape(result.draws)}, mlp {shown(cfg.model.hidden)}"
-        (boundary_plot if classification else predictive_plot)(model, result.posterior(), data, plot, title)
+        (boundary_plot if classification else predictive_plot)(model, result.guide(), data, plot, title)
         written.append(plot.name)
     console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights", diagnostics))
     say(f"{diagnostics['sampler']} sampler (compile {diagnostics['compile']}): function space (predictions at "
@@ -173,7 +173,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
         f"{diagnostics['prediction_r_hat_max']:.3f}, bulk ESS min {diagnostics['prediction_ess_min']:.0f}")
     if held_out is not None:
         say(calibration_line(metrics, len(held_out[0]), cfg.calibration.coverage))
-    console.print(metrics_table(f"test metrics ({result.num_draws} draws)", {"nuts": metrics}))
+    console.print(metrics_table(f"test metrics ({len(result)} draws)", {"nuts": metrics}))
     for warning in diagnostics.get("warnings", []):
         warn(warning)
     say(f"wrote {out}/{', '.join(written)}")

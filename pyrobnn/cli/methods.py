@@ -1,170 +1,155 @@
-"""Methods by name: presets that bundle a prior, a guide, an estimator, a β schedule and their paper's settings.
+"""Methods on the command line: a method's fields as its options' values, and the method a run's options describe.
 
-One registry, :data:`METHODS`, read by ``pyrobnn train --method``, the studies (``--vary method=bbb,mcdropout``)
-and the examples. A preset is the command-line arguments it stands for (``--prior scale-mixture --guide normal``),
-placed before the user's own (:func:`expand_method`), so an option the user names wins; ``command`` says which
-command runs it (``train``, or ``mcmc`` for NUTS on small full-batch data).
+A method is an object of :mod:`pyrobnn.methods` (its settings, with its paper's defaults, are there and nowhere
+here). ``pyrobnn train --method NAME`` turns it into option values (:func:`method_args`) placed before the user's
+own, which therefore win (:func:`expand_method`): the method gives the parser its defaults and nothing more. After
+parsing, :func:`run_method` reads the options back into the method the run trains: the method named (or the one the
+posterior options select: ``--ensemble M``, ``--laplace``, ``--swag``, ``--sgmcmc NAME``), with every field that
+has an option set from it. The studies expand a cell's ``--method`` the same way.
 
-Three families take a number: ``ibnn-K`` (the implicit BNN with K mixture components), ``ensemble-M`` (a deep
-ensemble of M MAP fits) and ``multiswag-M`` (M SWAGs); :data:`METHODS` lists ``ibnn-4``, ``ensemble-5`` and
-``multiswag-5``, :func:`resolve_method` accepts any ``ibnn-<K>``, ``ensemble-<M>`` and ``multiswag-<M>``.
-
-Settings a preset leaves out keep the command's defaults, among them ``--beta auto``: the β schedule of the
-guide's and prior's paper, in proportion to ``--epochs`` (:func:`pyrobnn.cli.build.paper_schedule`).
+The correspondence is one table per kind of field: the prior, the guide, the β schedule and the optimiser map to
+their option groups (:func:`settings_args`); a method's own fields map to ``--<field>``, ``--<kind>.<field>`` or a
+renamed flag (:data:`RENAMED`). A field without an option keeps the method's value.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Callable
+import dataclasses
+import functools
+from typing import Any, Optional
 
-__all__ = ["Method", "METHODS", "METHOD_NAMES", "FAMILIES", "RECORDING_COMMANDS", "method_args", "resolve_method",
-           "expand_method"]
+from pyrobnn.cli.options import MCMCConfig, RunConfig, cli_spelling
+from pyrobnn.guides import GUIDES
+from pyrobnn.infer.optim import FlatThenLinear, GuideRateOptim, Optim, StepDecay
+from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.methods import METHOD_NAMES, SGMCMC, SWAG, Ensemble, Laplace, Method, Variational, resolve_method
+from pyrobnn.methods.rules import guide_class, guide_options
+from pyrobnn.model.priors import PRIORS
 
-
-@dataclass(frozen=True)
-class Method:
-    """A named method: the arguments it stands for, the command that runs it, and the paper it follows."""
-
-    args: tuple[str, ...]
-    paper: str = ""
-    command: str = "train"
-
-
-BBB = ("--prior", "scale-mixture", "--prior.pi", "0.25", "--prior.sigma1", "1.0",
-       "--prior.sigma2", "0.00033546262790251185", "--guide", "normal", "--guide.init-rho", "-5.0",
-       "--estimator", "sample", "--num-particles", "5",
-       "--beta", "geometric", "--lr", "0.001", "--batch-size", "128", "--lr-step", "100", "--lr-gamma", "0.5")
-"""Bayes by Backprop as Rahmanto reproduces Blundell et al. (2015) (paper 003): the scale-mixture prior at the
-optimum of their grid (π = 1/4, σ1 = 1, σ2 = e^-8), σ = softplus(ρ) from ρ0 = -5, 5 weight samples per minibatch,
-the geometric per-minibatch KL weights, Adam at 1e-3 halved every 100 epochs, batches of 128."""
-
-MAP = ("--prior", "gaussian", "--prior.scale", "1.0", "--guide", "point", "--num-samples", "1")
-"""Point estimates under a N(0, 1) prior (the MAP objective: the likelihood plus ||w||²/2), one predictive pass."""
-
-MIXTURE_NODES = ("--prior", "node", "--prior.scale", "0.3", "--guide", "mixture-node", "--guide.init-scale", "0.75",
-                 "--estimator", "local", "--num-particles", "2")
-"""The implicit BNN of Trinh, Kaski & Heinonen (2020) (paper 004, Table 2, VGG-16 on CIFAR-10): node prior
-N(1, 0.3²) on every layer's inputs, component means initialised from N(1, 0.75²), S = 2 samples per example;
-β from 0 to 1 over the first 2/3 of the epochs (``--beta auto``). Their two learning rates (SGD on the weights, a
-large constant one on the mixture) are not a command-line option: Adam at ``--lr`` trains both."""
-
-
-SWAG = (*MAP, "--optimizer", "sgd", "--lr", "0.05", "--swag", "--swag.lr", "0.01", "--swag.rank", "20",
-        "--num-samples", "30")
-"""SWAG as Maddox et al. (2019) run it: SGD with Nesterov momentum from --lr 0.05 down to the SWA rate 0.01 between
-0.5 T and 0.9 T, the iterates of the epochs after T (half the epochs) collected, rank 20, 30 draws."""
-
-
-def _members(m: int) -> tuple[str, ...]:
-    return (*MAP, "--ensemble", str(m))
-
-
-def _swags(m: int) -> tuple[str, ...]:
-    return (*SWAG, "--ensemble", str(m), "--num-samples", "20")
-
-
-def _components(k: int) -> tuple[str, ...]:
-    return (*MIXTURE_NODES, "--guide.components", str(k), "--num-samples", str(5 * k))
-
-
-MULTISWAG_PAPER = ("Wilson & Izmailov 2020, MultiSWAG: M SWAGs from the seeds seed..seed+M-1 (Maddox et al. 2019), "
-                   "20 draws each, predicted as their equal mixture")
-ENSEMBLE_PAPER = ("Lakshminarayanan, Pritzel & Blundell 2017, deep ensembles: M MAP fits from the initialisations "
-                  "of seeds seed..seed+M-1, predicted as their uniform mixture")
-IBNN_PAPER = ("Trinh, Kaski & Heinonen 2020, implicit BNN (paper 004): K-component mixture over node latents, "
-              "5 predictive samples per component")
-
-METHODS: dict[str, Method] = {
-    "bbb": Method(BBB, "Blundell et al. 2015, Weight Uncertainty in Neural Networks (as reproduced by Rahmanto)"),
-    "bbb-local": Method((*BBB, "--estimator", "local"),
-                        "Kingma, Salimans & Welling 2015: Bayes by Backprop's posterior by local reparameterization"),
-    "flipout": Method((*BBB, "--estimator", "flipout"),
-                      "Wen et al. 2018, Flipout: Bayes by Backprop's posterior with pseudo-independent perturbations"),
-    "vd-additive": Method(("--prior", "log-uniform", "--guide", "additive", "--guide.init-log-sigma2", "-10.0",
-                           "--estimator", "local"),
-                          "Molchanov, Ashukha & Vetrov 2017, sparse variational dropout: additive "
-                          "parameterisation, log alpha clipped to [-8, 8], KL off for the first third of the epochs "
-                          "then linear to 1"),
-    "vd-multiplicative": Method(("--prior", "log-uniform", "--guide", "multiplicative", "--guide.init-log-alpha",
-                                 "-4.0", "--estimator", "local"),
-                                "Kingma, Salimans & Welling 2015, variational dropout: w = θ(1 + √α ε), α <= 1, "
-                                "their KL approximation"),
-    "variational-dense": Method(("--prior", "gaussian", "--prior.scale", "1.0", "--guide", "normal",
-                                 "--guide.parameterization", "log-variance", "--guide.init-rho", "-6.0",
-                                 "--estimator", "local"),
-                                "Graves 2011 as the VariationalMLP.jl thesis trains it (paper 001): learned log "
-                                "variance from a tiny σ, N(0, 1) prior, KL warm-up then linear annealing"),
-    "mcdropout": Method(("--prior", "gaussian", "--prior.scale", "1.0", "--guide", "dropout", "--guide.rate", "0.5",
-                         "--estimator", "local"),
-                        "Gal & Ghahramani 2016, Dropout as a Bayesian Approximation: p = 0.5 before every weight "
-                        "layer, one mask per example, N(0, 1) prior as weight decay"),
-    "map": Method(MAP, "maximum a posteriori: point estimates under a N(0, 1) prior"),
-    "ibnn-4": Method(_components(4), IBNN_PAPER),
-    "vdp": Method(("--prior", "gaussian", "--prior.scale", "0.1", "--guide", "normal", "--guide.share", "row",
-                   "--guide.init-rho", "-3.0", "--estimator", "vdp", "--likelihood.vdp-objective", "gaussian",
-                   "--beta", "constant", "--lr", "0.003"),
-                  "VDP++, Efficient Scaling of Bayesian Neural Networks (paper 002): moments propagated through the "
-                  "network, one σ per output unit (eq. 12), Gaussian NLL with the propagated variance (eq. 11)"),
-    "nuts": Method(("--prior", "gaussian", "--prior.scale", "1.0", "--num-samples", "500", "--warmup", "500",
-                    "--num-chains", "2", "--target-accept", "0.8"),
-                   "Hoffman & Gelman 2014, NUTS: the exact posterior of a small network on full-batch data (the toys, "
-                   "UCI regression)",
-                   command="mcmc"),
-    "ensemble-5": Method(_members(5), ENSEMBLE_PAPER),
-    "laplace": Method((*MAP, "--laplace", "--num-samples", "100"),
-                      "Daxberger et al. 2021, Laplace Redux (laplace-torch): last-layer, Kronecker-factored GGN at the "
-                      "MAP fit, prior precision by the marginal likelihood; 100 draws of the last layer"),
-    "swag": Method(SWAG, "Maddox et al. 2019, A simple baseline for Bayesian uncertainty in deep learning: a Gaussian "
-                         "with diagonal plus rank-20 covariance fitted to SGD's iterates after half the epochs, 30 "
-                         "draws, BatchNorm statistics recomputed for each"),
-    "multiswag-5": Method(_swags(5), MULTISWAG_PAPER),
-    "sgld": Method((*MAP, "--sgmcmc", "sgld", "--lr", "0.05"),
-                   "Welling & Teh 2011, stochastic gradient Langevin dynamics on the minibatch log joint: constant "
-                   "step, the first half of the epochs burnt in, a draw at the end of every later epoch"),
-    "sghmc": Method((*MAP, "--sgmcmc", "sghmc", "--lr", "0.01"),
-                    "Chen, Fox & Guestrin 2014, stochastic gradient HMC (friction 0.1: momentum 0.9): constant step, "
-                    "the first half of the epochs burnt in, a draw at the end of every later epoch"),
-    "csghmc": Method((*MAP, "--sgmcmc", "csghmc", "--lr", "0.5"),
-                     "Zhang et al. 2020, cyclical SG-MCMC (cSGHMC) as their CIFAR-10 code runs it: 4 cosine cycles "
-                     "from a step of 0.5 per example, friction 0.9, noise in the last 10 % of each cycle and a draw "
-                     "at the end of each of its epochs"),
-}
-"""Every preset by name (the registry the CLI, the studies and the examples read)."""
-
-FAMILIES: dict[str, tuple[Callable[[int], tuple[str, ...]], str]] = {
-    "ibnn": (_components, IBNN_PAPER),
-    "ensemble": (_members, ENSEMBLE_PAPER),
-    "multiswag": (_swags, MULTISWAG_PAPER),
-}
-"""Presets with a number: ``<family>-<n>`` -> (its arguments for n, its paper)."""
-
-METHOD_NAMES: tuple[str, ...] = tuple({"ibnn-4": "ibnn-K", "ensemble-5": "ensemble-M", "multiswag-5": "multiswag-M"
-                                       }.get(name, name) for name in METHODS)
-"""The names as ``--help`` and errors show them (``ibnn-K``, ``ensemble-M``, ``multiswag-M`` for the families)."""
+__all__ = ["method_args", "expand_method", "run_method", "method_of_args", "RECORDING_COMMANDS", "METHOD_NAMES",
+           "resolve_method", "KINDS", "RENAMED", "GUIDE_ARGUMENTS", "SCHEDULE_ARGUMENTS"]
 
 RECORDING_COMMANDS = ("train",)
 """Commands whose configuration records the method it was expanded from (``RunConfig.method``); for the others
 (``mcmc``) :func:`expand_method` drops ``--method NAME`` after inserting its arguments."""
 
+KINDS: dict[type, tuple[str, Optional[str]]] = {Ensemble: ("--ensemble", None), Laplace: ("--laplace", None),
+                                                SWAG: ("--swag", "swag"), SGMCMC: ("--sgmcmc", "sgmcmc")}
+"""The method classes the posterior options select -> (the option that selects it, the prefix of its own fields'
+options: ``--swag.rank``, ``--sgmcmc.friction``). :class:`~pyrobnn.methods.Variational` is selected by none; a
+method of another class is selected by its name alone (``--method ivon``)."""
 
-def resolve_method(name: str) -> Method:
-    """The preset called ``name``: a key of :data:`METHODS`, or ``ibnn-<K>`` / ``ensemble-<M>`` / ``multiswag-<M>``
-    with a positive number; anything else is a ``ValueError`` naming the known methods."""
-    if name in METHODS:
-        return METHODS[name]
-    match = re.fullmatch(r"([a-z]+)-([0-9]+)", name) if isinstance(name, str) else None
-    if match and match.group(1) in FAMILIES and int(match.group(2)) >= 1:
-        make, paper = FAMILIES[match.group(1)]
-        return Method(make(int(match.group(2))), paper)
-    raise ValueError(f"--method {name}: unknown method; choose one of {', '.join(METHOD_NAMES)} "
-                     "(K, M: positive integers)")
+RENAMED = {"members": "--ensemble", "swa_lr": "--swag.lr", "sampler": "--sgmcmc", "chains": "--sgmcmc.chains"}
+"""A method's field -> its option, where the option is not ``--<field>`` or ``--<kind>.<field>``."""
+
+GUIDE_ARGUMENTS = {"num_components": "components"}
+"""Guide constructor argument -> its ``--guide.*`` option, where the names differ (``--guide.components`` is K)."""
+
+SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
+"""Schedule constructor argument -> its ``--beta.*`` option, where the names differ (``Constant(beta)``,
+``LinearWarmup(final)``)."""
+
+def _name_of(registry: dict, cls: type, what: str) -> str:
+    for name, registered in registry.items():
+        if registered is cls:
+            return name
+    raise ValueError(f"{what} {cls.__name__} has no command-line name: register it in {what}s' registry")
 
 
-def method_args(name: str) -> tuple[str, ...]:
-    """The arguments method ``name`` stands for; an unknown name is a ``ValueError`` listing the known ones."""
-    return resolve_method(name).args
+def settings_args(method: Method, flags: set[str]) -> dict[str, Any]:
+    """``{flag: value}`` among ``flags`` (a command's options) of the method's prior, guide, estimator, particles,
+    batch size, predictive samples, β schedule and optimiser (``None``: the option keeps its default, the rule of
+    :mod:`pyrobnn.methods.rules`); a setting away from its default without an option is a ``ValueError``."""
+    values: dict[str, Any] = {"--prior": _name_of(PRIORS, type(method.prior), "prior")}
+    for field in dataclasses.fields(method.prior):
+        values[f"--prior.{field.name.replace('_', '-')}"] = getattr(method.prior, field.name)
+    values["--guide"] = _name_of(GUIDES, guide_class(method.guide), "guide")
+    for name, value in guide_options(method.guide).items():
+        values[f"--guide.{GUIDE_ARGUMENTS.get(name, name).replace('_', '-')}"] = value
+    values.update({"--estimator": method.estimator, "--num-particles": method.num_particles,
+                   "--batch-size": method.batch_size, "--num-samples": method.num_samples})
+    if method.beta is not None:
+        values["--beta"] = _name_of(SCHEDULES, type(method.beta), "schedule")
+        for field in dataclasses.fields(method.beta):
+            values[f"--beta.{SCHEDULE_ARGUMENTS.get(field.name, field.name)}"] = getattr(method.beta, field.name)
+    values.update(_optimizer_args(method.optimizer))
+    defaults = {"--prior.loc": 0.0, "--guide": "point", "--estimator": "sample", "--num-particles": 1,
+                "--batch-size": 128}
+    missing = [flag for flag in values if flag not in flags and defaults.get(flag, object()) != values[flag]]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: the method's settings have no option here")
+    return {flag: value for flag, value in values.items() if flag in flags}
+
+
+def _optimizer_args(optimizer) -> dict[str, Any]:
+    if optimizer is None:
+        return {}
+    if not isinstance(optimizer, Optim) or optimizer.warmup_steps:
+        raise ValueError(f"optimizer {optimizer!r} has no command-line options (Optim, GuideRateOptim without "
+                         "warm-up have)")
+    flags = {"--optimizer": optimizer.name, "--lr": optimizer.lr, "--weight-decay": optimizer.weight_decay}
+    if isinstance(optimizer.schedule, StepDecay):
+        flags.update({"--lr-step": optimizer.schedule.step, "--lr-gamma": optimizer.schedule.gamma})
+    elif isinstance(optimizer.schedule, FlatThenLinear):
+        flags["--lr-linear-from"] = optimizer.schedule.start
+    elif optimizer.schedule is not None:
+        raise ValueError(f"the learning-rate schedule {optimizer.schedule!r} has no command-line option")
+    if isinstance(optimizer, GuideRateOptim):
+        flags["--variational-lr-factor"] = optimizer.factor
+    return flags
+
+
+def _own_fields(method: Method) -> list[dataclasses.Field]:
+    return [field for field in dataclasses.fields(method)
+            if field.name not in {f.name for f in dataclasses.fields(Method)}]
+
+
+def _own_flag(method: Method, name: str, flags: set[str]) -> Optional[str]:
+    """The option of the method's own field ``name`` among ``flags`` (None: it has none)."""
+    prefix = KINDS.get(type(method), (None, None))[1]
+    for flag in (RENAMED.get(name), f"--{name.replace('_', '-')}",
+                 f"--{prefix}.{name.replace('_', '-')}" if prefix else None):
+        if flag in flags:
+            return flag
+    return None
+
+
+def method_args(name: str, flags: Optional[set[str]] = None) -> tuple[str, ...]:
+    """The option values method ``name`` stands for, as arguments of its command (:attr:`Method.command`):
+    :func:`settings_args`, the option that selects its kind, and its own fields that have options (``flags``: the
+    command's options, default those of its configuration)."""
+    method = resolve_method(name)
+    flags = _command_flags(method.command) if flags is None else flags
+    values = settings_args(method, flags)
+    selector = KINDS.get(type(method), (None, None))[0]
+    if selector is not None:
+        values[selector] = True
+    for field in _own_fields(method):
+        flag = _own_flag(method, field.name, flags)
+        if flag is not None:
+            values[flag] = getattr(method, field.name)
+    if isinstance(method, SWAG) and method.members == 1:
+        values["--ensemble"] = 0  # one SWAG: not MultiSWAG
+    unknown = sorted(flag for flag in values if flag not in flags)
+    if unknown:
+        raise ValueError(f"--method {name}: {', '.join(unknown)} are not options of pyrobnn {method.command}")
+    return tuple(arg for flag, value in values.items() for arg in _argv(flag, value))
+
+
+@functools.lru_cache(maxsize=None)
+def _command_flags(command: str) -> frozenset:
+    return frozenset({"train": RunConfig, "mcmc": MCMCConfig}[command]().flags())
+
+
+def _argv(flag: str, value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, bool):  # tyro's negation: --no-swag, --prior.no-fan-in
+        group, _, name = flag[2:].rpartition(".")
+        return [flag] if value else [f"--{group + '.' if group else ''}no-{name}"]
+    if isinstance(value, tuple):
+        return [flag, *map(str, value)]
+    return [flag, str(cli_spelling(value))]
 
 
 def _named(argv: list[str]) -> str | None:
@@ -181,7 +166,7 @@ def _named(argv: list[str]) -> str | None:
 def expand_method(argv: list[str]) -> list[str]:
     """``[command, *args]`` with the arguments of the ``--method`` it names inserted right after the command, before
     the user's own, which therefore win: ``["train", "--method", "bbb", "--epochs", "3"]`` ->
-    ``["train", *METHODS["bbb"].args, "--method", "bbb", "--epochs", "3"]``.
+    ``["train", *method_args("bbb"), "--method", "bbb", "--epochs", "3"]``.
 
     ``argv`` is returned unchanged without ``--method``, for an unknown method, or for one that another command
     runs: the run's checks (:func:`pyrobnn.cli.build.check_run`) then report it as one error line. A command outside
@@ -198,4 +183,42 @@ def expand_method(argv: list[str]) -> list[str]:
     if argv[0] not in RECORDING_COMMANDS:
         rest = [arg for i, arg in enumerate(rest) if not (arg == "--method" or arg.startswith("--method=")
                                                           or (i > 0 and rest[i - 1] == "--method"))]
-    return [argv[0], *method.args, *rest]
+    return [argv[0], *method_args(name), *rest]
+
+
+def method_of_args(argv: list[str]) -> Optional[Method]:
+    """The method a cell's or a command line's ``--method NAME`` names (None: none, or an unknown name)."""
+    name = _named(argv)
+    try:
+        return resolve_method(name) if name is not None else None
+    except ValueError:
+        return None
+
+
+def _selected(cfg) -> list[type]:
+    post = cfg.posterior
+    return [cls for cls, on in ((SWAG, post.swag), (Ensemble, post.ensemble and not post.swag),
+                                (Laplace, post.laplace), (SGMCMC, post.sgmcmc != "none")) if on]
+
+
+def run_method(cfg, settings: dict) -> Method:
+    """The method a parsed ``pyrobnn train`` configuration trains: the class the posterior options select (else the
+    named method's; else :class:`~pyrobnn.methods.Variational`), the named method's values (else the class's
+    defaults) for the fields without options, and ``settings`` (the prior, guide, β schedule and optimiser the
+    options build: :func:`pyrobnn.cli.build.settings_of`) with every field that has an option read from it."""
+    named = resolve_method(cfg.method) if cfg.method is not None else None
+    selected = _selected(cfg)
+    cls = selected[0] if selected else Variational
+    if named is not None and type(named) not in (*KINDS, Variational):
+        if selected:
+            raise ValueError(f"{KINDS[cls][0]} does not apply to --method {cfg.method}: it trains its own way")
+        cls = type(named)
+    base = named if named is not None and type(named) is cls else cls()
+    flags = cfg.flags()
+    values = {field.name: flags[flag] for field in _own_fields(base)
+              if (flag := _own_flag(base, field.name, set(flags))) is not None}
+    if cls is SWAG:
+        values["members"] = max(1, values["members"])
+    common = {name: value for name, value in settings.items() if name in {f.name for f in dataclasses.fields(Method)}}
+    return dataclasses.replace(base, **common, **values)
+

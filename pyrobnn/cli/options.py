@@ -34,7 +34,6 @@ from typing import Annotated, Any, Literal, Optional
 
 from tyro.conf import OmitArgPrefixes, Suppress, arg
 
-from pyrobnn.cli.methods import METHOD_NAMES
 from pyrobnn.data import DATASETS, TASKS, TOY_DATASETS, UCI_DATASETS, canonical_name
 from pyrobnn.data.corruptions import CIFAR10_C, CORRUPTIONS
 from pyrobnn.data.splits import DEFAULT_FOLDS, DEFAULT_TEST_FRACTION
@@ -53,6 +52,8 @@ from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.infer.sgmcmc import SGMCMC, SGMCMC_SAMPLERS
 from pyrobnn.infer.svi import fit
 from pyrobnn.infer.swag import SWAG
+from pyrobnn.methods import METHOD_NAMES
+from pyrobnn.methods.rules import SPARSE_VD_LR
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
@@ -141,7 +142,8 @@ DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH,uci:PATH,csv:PATH,par
 MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
 
 
-def _cli(value):
+def cli_spelling(value):
+    """A value as the command line spells it (``log_variance`` -> ``log-variance``)."""
     return _CLI_SPELLING.get(value, value) if isinstance(value, str) else value
 
 
@@ -151,17 +153,13 @@ def api_value(value):
 
 def _choices(values) -> Any:
     """``Literal`` of a registry's names in command-line spelling (built from the registry, never re-listed)."""
-    return Literal[tuple(_cli(v) for v in values)]
+    return Literal[tuple(cli_spelling(v) for v in values)]
 
 
 def _default(cls, name: str):
     """The default of ``cls``'s constructor argument ``name``: one place for every default."""
     return inspect.signature(cls).parameters[name].default
 
-
-SPARSE_VD_LR = 3e-3
-"""``--lr``'s default with the log-uniform prior (sparse VD): its multiplicative noise slows learning, and in a budget
-of a few epochs 1e-3 stays short of the dense network (3 epochs of MNIST: 96.4 % at 1e-3, 97.6 % at 3e-3)."""
 
 LR_HINT = f"(default: {SPARSE_VD_LR:g} with the log-uniform prior, else {_default(Optim, 'lr'):g})"
 
@@ -288,7 +286,7 @@ class GuideOptions:
      "(Molchanov et al. 2017); multiplicative: variational dropout (Kingma et al. 2015); dropout: MC dropout (Gal & "
      "Ghahramani 2016); point: MAP point estimates; mixture-node: a K-component mixture over the node latents of "
      "--prior node (implicit BNN, Trinh et al. 2020).")
-    parameterization: _choices(PARAMETERIZATIONS) = _cli(_default(GUIDES["normal"], "parameterization"))
+    parameterization: _choices(PARAMETERIZATIONS) = cli_spelling(_default(GUIDES["normal"], "parameterization"))
     ("normal: sigma = softplus(rho) (Blundell et al. 2015), or sigma^2 = exp(v) of a learned log variance v, the "
      "variational dense of Graves (2011).")
     share: Share = _default(GUIDES["normal"], "share")
@@ -319,7 +317,7 @@ class GuideOptions:
      "multiple of K).")
     init_scale: float = _default(GUIDES["mixture-node"], "init_scale")
     """mixture-node: spread of the initial component means around 1."""
-    kl: _choices(MIXTURE_KLS) = _cli(_default(GUIDES["mixture-node"], "kl"))
+    kl: _choices(MIXTURE_KLS) = cli_spelling(_default(GUIDES["mixture-node"], "kl"))
     """mixture-node: KL of the mixture-mean Gaussian (Trinh et al. 2020) or the pairwise-Bhattacharyya upper bound."""
     entropy_weight: float = _default(GUIDES["mixture-node"], "entropy_weight")
     """mixture-node: gamma, the entropy bonus of the gamma-ELBO (Trinh et al. 2022)."""
@@ -335,7 +333,7 @@ class LikelihoodOptions:
     """gaussian: noise standard deviation (its initial value with --likelihood.learn-scale)."""
     learn_scale: bool = _default(Gaussian, "learn_scale")
     """gaussian: learn the noise standard deviation as a point estimate."""
-    vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = _cli(_default(Categorical, "vdp_objective"))
+    vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = cli_spelling(_default(Categorical, "vdp_objective"))
     ("categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-"
      "entropy.")
 
@@ -544,7 +542,7 @@ class RunConfig(_Config):
 
     method: Annotated[Optional[str], arg(metavar="{" + ",".join(METHOD_NAMES) + "}",
                                          help_behavior_hint="(default: none)")] = None
-    ("A method by name (pyrobnn.cli.methods.METHODS): its prior, guide, estimator, beta schedule and its paper's "
+    ("A method by name (pyrobnn.methods.METHODS): its prior, guide, estimator, beta schedule and its paper's "
      "settings, as options placed before yours, which win.")
     data: OmitArgPrefixes[DataOptions] = field(default_factory=DataOptions)
     model: OmitArgPrefixes[ModelOptions] = field(default_factory=ModelOptions)
@@ -650,7 +648,7 @@ class MCMCLikelihoodOptions(LikelihoodOptions):
     scale: float = 0.1
     """gaussian: noise standard deviation."""
     learn_scale: Suppress[bool] = _default(Gaussian, "learn_scale")  # NUTS samples the weights only
-    vdp_objective: Suppress[_choices(Categorical.VDP_OBJECTIVES)] = _cli(_default(Categorical, "vdp_objective"))
+    vdp_objective: Suppress[_choices(Categorical.VDP_OBJECTIVES)] = cli_spelling(_default(Categorical, "vdp_objective"))
 
 
 @dataclass
@@ -747,7 +745,7 @@ def _from_dict(cls, values: dict, prefix: str):
         elif isinstance(default, tuple):
             kwargs[name] = tuple(value)
         else:
-            kwargs[name] = _cli(value)
+            kwargs[name] = cli_spelling(value)
     return cls(**kwargs)
 
 

@@ -14,38 +14,23 @@ from pyrobnn.analysis.calibration import calibrate, minimum_rows, predicted
 from pyrobnn.analysis.evaluate import evaluate as evaluate_posterior
 from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions
-from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
+from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import one_line, positive
-from pyrobnn.cli.build import beta_schedule, build, build_network, dataset_options, make_optimizer_factory
+from pyrobnn.cli.build import build, build_network, dataset_options, method_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
-from pyrobnn.infer.elbo import MeanFieldELBO
+from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.mcmc import MCMCResult
-from pyrobnn.infer.swag import StatefulDraws
+from pyrobnn.methods import DRAWS_KINDS
 
-__all__ = ["MCMC_KIND", "ENSEMBLE_KIND", "LAPLACE_KIND", "SWAG_KIND", "SGMCMC_KIND", "DRAWS_KINDS", "save_draws",
+__all__ = [
            "seed_of", "augmentation", "load_data", "CALIBRATION_SEED", "calibration_split", "load_ood", "test_report",
            "check_severities", "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws",
-           "stored_config", "check_resume", "posterior_draws", "restore", "fit_options"]
-
-MCMC_KIND = "mcmc"
-"""The ``"kind"`` entry of a ``draws.pt`` written by ``pyrobnn mcmc``."""
-
-ENSEMBLE_KIND, LAPLACE_KIND, SWAG_KIND, SGMCMC_KIND = "ensemble", "laplace", "swag", "sgmcmc"
-"""The ``"kind"`` entries of the ``draws.pt`` of ``pyrobnn train --ensemble M``, ``--laplace``, ``--swag`` and
-``--sgmcmc``."""
-
-DRAWS_KINDS = {MCMC_KIND: "NUTS draws written by `pyrobnn mcmc`",
-               ENSEMBLE_KIND: "the members of a deep ensemble written by `pyrobnn train --ensemble`",
-               LAPLACE_KIND: "Laplace draws written by `pyrobnn train --laplace`",
-               SWAG_KIND: "SWAG draws written by `pyrobnn train --swag`",
-               SGMCMC_KIND: "SG-MCMC draws written by `pyrobnn train --sgmcmc`"}
-"""Every kind of draws file (an empirical posterior ``{site: (chains, samples, ...)}``) -> what it holds."""
-
+           "stored_config", "check_resume", "restore", "fit_options"]
 
 def seed_of(cfg) -> int:
     return cfg.output.seed if isinstance(cfg, MCMCConfig) else cfg.optim.seed
@@ -113,18 +98,12 @@ def calibration_split(cfg, data):
 
 
 def fit_options(cfg: RunConfig) -> dict:
-    """The arguments of :func:`~pyrobnn.infer.svi.fit` that the run's optimisation options set: epochs, batch size,
-    optimiser, β schedule, particles, estimator, seed, precision and compilation (``--compile``)."""
+    """The arguments of :func:`~pyrobnn.infer.svi.fit` that the run's options set: the method's (batch size,
+    optimiser, β schedule, objective: :meth:`~pyrobnn.methods.Method.fit_options`), and the run's epochs, seed and
+    compilation (``--compile``)."""
     opt = cfg.optim
-    return dict(epochs=opt.epochs, batch_size=opt.batch_size, optimizer=make_optimizer_factory(cfg),
-                beta=beta_schedule(cfg), elbo=objective_of(cfg), seed=opt.seed, compile=opt.compile)
-
-
-def objective_of(cfg: RunConfig) -> MeanFieldELBO:
-    """The run's objective: its estimator, ``--num-particles`` drawn in one batched pass, its precision."""
-    opt = cfg.optim
-    return MeanFieldELBO(opt.num_particles, vectorize_particles=True, estimator=opt.estimator,
-                         precision=opt.precision)
+    return dict(epochs=opt.epochs, seed=opt.seed, compile=opt.compile,
+                **method_of(cfg).fit_options(opt.epochs, opt.precision))
 
 
 def load_ood(name: str, cfg, data):
@@ -255,24 +234,9 @@ def load_states(path: Path, state: dict, model, guide) -> None:
 
 
 def is_draws(state: dict) -> bool:
-    """Whether a loaded checkpoint is a ``draws.pt`` (:data:`DRAWS_KINDS`: NUTS, a deep ensemble, Laplace)."""
+    """Whether a loaded checkpoint is a ``draws.pt`` (:data:`~pyrobnn.methods.DRAWS_KINDS`: NUTS, a deep ensemble,
+    Laplace, SWAG, SG-MCMC, ...)."""
     return state.get("kind") in DRAWS_KINDS
-
-
-def _saved(draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {name: value.detach().cpu().contiguous() for name, value in draws.items()}
-
-
-def save_draws(path: Path, kind: str, cfg, model, draws: dict[str, torch.Tensor],
-               state: Optional[dict[str, torch.Tensor]] = None, **extra) -> None:
-    """Write the ``draws.pt`` of kind ``kind`` that :func:`restore` reads back: the run's configuration, the model's
-    deterministic state and ``draws`` ``{site: (chains, samples, ...)}`` (``(1, 1, ...)``: a site held at one
-    value in every draw), with ``extra`` entries; ``state`` ``{parameter or buffer: (chains, samples, ...)}``: the
-    network's own state of each draw (SWAG's BatchNorm statistics, :class:`~pyrobnn.infer.swag.StatefulDraws`)."""
-    save_checkpoint(path, {
-        "kind": kind, "config": cfg.to_dict(), "model": model.state_dict(),
-        "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; draws have neither guide nor epochs
-        "draws": _saved(draws), **({"state": _saved(state)} if state else {}), **extra})
 
 
 def stored_config(path: Path, state: dict):
@@ -280,7 +244,7 @@ def stored_config(path: Path, state: dict):
     if not state.get("config"):
         raise ValueError(f"checkpoint {path} stores no run configuration (it was not written by `pyrobnn train`)")
     try:
-        return (MCMCConfig if state.get("kind") == MCMC_KIND else RunConfig).from_dict(state["config"])
+        return (MCMCConfig if state.get("kind") == MCMCResult.kind else RunConfig).from_dict(state["config"])
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: {error}") from None
 
@@ -294,36 +258,6 @@ def check_resume(cfg: RunConfig, path: Path, state: dict) -> None:
     if differ:
         raise ValueError(f"--resume: {path} was trained with other options: {'; '.join(differ)}. Resume with the "
                          f"checkpoint's values, or train into another --out")
-
-
-def posterior_draws(path: Path, state: dict, model):
-    """The empirical posterior (:class:`~pyrobnn.infer.mcmc.PosteriorDraws`) of a ``draws.pt``, checked against
-    the model built from its configuration, whose deterministic parameters it loads."""
-
-    draws = state.get("draws")
-    if (not isinstance(draws, dict) or not draws
-            or not all(isinstance(v, torch.Tensor) and v.dim() >= 2 for v in draws.values())):
-        raise ValueError(f"checkpoint {path} holds no draws {{site: tensor (chains, samples, ...)}} (it was not "
-                         "written by `pyrobnn mcmc`)")
-    sites = {site.name: tuple(site.shape) for site in model.sites()}
-    stored = {name: tuple(value.shape[2:]) for name, value in draws.items()}
-    if stored != sites or len({tuple(value.shape[:2]) for value in draws.values()} - {(1, 1)}) > 1:
-        raise ValueError(f"checkpoint {path}: its draws {stored} do not fit the model built from its configuration "
-                         f"{sites} (another network or sizes?)")
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError, ValueError, TypeError) as error:
-        raise ValueError(f"checkpoint {path} does not fit the model built from its configuration: "
-                         f"{one_line(error)[:300]}") from None
-    posterior = MCMCResult(draws).posterior()
-    if not state.get("state"):
-        return posterior
-    known = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    own = state["state"]
-    if any(name not in known or tuple(value.shape[2:]) != tuple(known[name].shape) for name, value in own.items()):
-        raise ValueError(f"checkpoint {path}: the network state of its draws does not fit the model built from its "
-                         "configuration (another network or sizes?)")
-    return StatefulDraws(model, posterior.draws(), {name: value.flatten(0, 1) for name, value in own.items()})
 
 
 def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,
@@ -344,7 +278,7 @@ def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size:
     data = load_data(cfg)
     if is_draws(state):
         model = build_network(cfg, data)
-        guide = posterior_draws(checkpoint, state, model)
+        guide = Draws.load(checkpoint, model, state).guide()
     else:
         model, guide = build(cfg, data)
         load_states(checkpoint, state, model, guide)

@@ -10,10 +10,9 @@ import pyro
 from pyrobnn.analysis.evaluate import Validation
 from pyrobnn.analysis.prune import principled_masks, record_sparsity
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.cli.build import beta_schedule, build, check_batches, check_run
+from pyrobnn.cli.build import build, check_batches, check_run, method_of
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.options import RunConfig
-from pyrobnn.cli.posteriors import empirical_posterior, restarts, trainer
 from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, say, warn
 from pyrobnn.cli.runs import (
     CALIBRATION_SEED,
@@ -23,7 +22,6 @@ from pyrobnn.cli.runs import (
     check_resume,
     check_severities,
     corrupted_report,
-    fit_options,
     gigabytes,
     load_data,
     load_ood,
@@ -37,6 +35,7 @@ from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.recording import is_convolutional
 from pyrobnn.infer.recording import resolve as resolve_compile
 from pyrobnn.infer.svi import Checkpoint
+from pyrobnn.methods.posterior import EmpiricalPosterior
 
 __all__ = ["train"]
 
@@ -67,24 +66,25 @@ def train(cfg: RunConfig) -> dict[str, float]:
     if existing and not (cfg.output.resume or cfg.output.overwrite):
         raise ValueError(f"--out {out} already holds a run ({', '.join(existing)}): pass --resume to continue it, "
                          "--overwrite to replace it, or another --out")
+    method = method_of(cfg)
     resumed = None
-    if cfg.output.resume and checkpoint.exists() and not restarts(cfg):
+    if cfg.output.resume and checkpoint.exists() and not method.restarts:
         resumed = load_checkpoint(checkpoint)
         check_resume(cfg, checkpoint, resumed)
     data, held_out = calibration_split(cfg, load_data(cfg))  # --calibrate: its rows are never trained on
     check_batches(cfg, len(data.x_train))
     cfg, selection = select_hyperparameters(cfg, data)  # --grid: chosen on the training set's 80/20 split
-    schedule = beta_schedule(cfg)
+    method = method_of(cfg)
+    schedule = method.schedule(cfg.optim.epochs)
     ood = load_ood(cfg.output.ood_dataset, cfg, data) if cfg.output.ood_dataset is not None else None
     if cfg.output.corruptions:
         check_corruptible(cfg, data)
     pyro.set_rng_seed(cfg.optim.seed)  # weight initialisation
-    model, guide = build(cfg, data)
+    model, guide = build(cfg, data, method)
     if resumed is not None:
         load_states(checkpoint, resumed, model, guide)
-    elif cfg.output.resume and restarts(cfg) and checkpoint.exists():
-        say(f"--resume: {'SWAG keeps its moments' if cfg.posterior.swag else 'SG-MCMC keeps its draws'} in memory, "
-            f"not in {checkpoint}; training again from the start")
+    elif cfg.output.resume and method.restarts and checkpoint.exists():
+        say(f"--resume: {method.restarts} in memory, not in {checkpoint}; training again from the start")
     elif cfg.output.resume:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)
@@ -100,11 +100,20 @@ def train(cfg: RunConfig) -> dict[str, float]:
     callbacks.append(lambda epoch, record: say(epoch_line(record, cfg.optim.epochs)))
     opt = cfg.optim
     transform = augmentation(cfg, data)
-    history = trainer(cfg, data)(
-        model, guide, data.x_train, data.y_train, **fit_options(cfg), device=device,
-        checkpoint=Checkpoint(checkpoint, resume=cfg.output.resume, config=cfg.to_dict()),
-        progress=cfg.output.progress, on_epoch_end=callbacks, transform=transform,
+
+    def member(m: int):
+        say(f"{method.run_name} {m + 1}/{method.runs} (seed {opt.seed + m})")
+        return build(cfg, data, method)
+
+    if method.runs > 1:
+        say(f"{method.run_name} 1/{method.runs} (seed {opt.seed})")  # the run's own model and guide
+    posterior = method.train(
+        model, guide, data.x_train, data.y_train, epochs=opt.epochs, seed=opt.seed, precision=opt.precision,
+        make_member=member, compile=opt.compile, device=device, progress=cfg.output.progress,
+        checkpoint=Checkpoint(checkpoint, resume=cfg.output.resume and not method.restarts, config=cfg.to_dict()),
+        on_epoch_end=callbacks, transform=transform,
     )
+    history = posterior.history
     report = {"history": history.epochs, "config": cfg.to_dict(), "compile": history.compile,
               "compile_reason": history.compile_reason,
               "train_peak_memory_gb": process_peak_bytes(device) / 1e9}
@@ -112,7 +121,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         report["selection"] = selection
     write_json(out / "metrics.json", report)  # the training run is kept whatever the test report meets
     classification = data.task == "classification"
-    moments, max_memory = opt.estimator == "vdp", gigabytes(cfg.output.max_memory)
+    moments, max_memory = posterior.moments, gigabytes(cfg.output.max_memory)
     warnings = []
     if classification:
         report["train_accuracy"], chance = training_accuracy(model, guide, data, transform, moments, max_memory)
@@ -121,10 +130,14 @@ def train(cfg: RunConfig) -> dict[str, float]:
                 f"training accuracy {percent(report['train_accuracy'])} is at chance ({percent(chance)}, the "
                 "majority class): the model learned nothing; the KL may dominate the likelihood (warm it up: "
                 "--beta auto or linear with --beta.anneal), or lower --lr")
-    # --ensemble, --laplace: the draws (draws.pt) replace the point fit, whose training accuracy is the one above
-    posterior = empirical_posterior(cfg, history, model, guide, data, out)
+    # an empirical posterior's draws (draws.pt) replace the fit they started from, whose training accuracy is above
+    empirical = isinstance(posterior, EmpiricalPosterior)
+    name = cfg.method or (posterior.kind if empirical else cfg.guide.name)
+    if empirical:
+        posterior.save(out / "draws.pt", config=cfg.to_dict())
+        say(f"{posterior.kind}: {posterior.result.summary()}; wrote {out}/draws.pt")
+        report[posterior.kind] = posterior.report
     guide, num_samples = posterior.guide, posterior.num_samples
-    report.update(posterior.report)
     metrics = test_report(model, guide, data, num_samples, opt.seed,
                           out / "reliability.png" if classification else None, moments=moments,
                           max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,
@@ -142,7 +155,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         report["corruptions"] = shifted["corruptions"]
     report.update(test=metrics, peak_memory_gb=process_peak_bytes(device) / 1e9, warnings=warnings)
     write_json(out / "metrics.json", report)
-    for table in metrics_tables(f"test metrics ({num_samples} samples)", posterior.name, metrics,
+    for table in metrics_tables(f"test metrics ({num_samples} samples)", name, metrics,
                                 corrupted):
         console.print(table)
     for warning in warnings:

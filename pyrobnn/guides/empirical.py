@@ -13,9 +13,9 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
-from pyrobnn.handlers.particles import ParticleValues, current_particles
+from pyrobnn.handlers.particles import ParticlesUnsupported, ParticleValues, current_particles
 
-__all__ = ["PosteriorDraws"]
+__all__ = ["PosteriorDraws", "StatefulDraws"]
 
 
 class PosteriorDraws(nn.Module):
@@ -81,3 +81,40 @@ class PosteriorDraws(nn.Module):
                 value = ParticleValues(value[index.to(value.device)], particles)
             out[name] = pyro.sample(name, dist.Delta(value, event_dim=value.dim()))
         return out
+
+
+class StatefulDraws(PosteriorDraws):
+    """Empirical draws that carry, besides the Bayesian sites, the network's own state of each draw (its other
+    trained parameters and the BatchNorm statistics recomputed for the draw): a call replays draw s of the sites
+    and writes draw s of the state into ``model``. One network pass holds one draw, so under vectorized particles it
+    raises :class:`~pyrobnn.handlers.particles.ParticlesUnsupported` (``predict`` then draws one sample per pass).
+
+    :param model: the network the state is written into (by name: ``model.named_parameters()`` and
+        ``named_buffers()``).
+    :param draws: ``{site: (S, ...)}``.
+    :param state: ``{parameter or buffer name: (S, ...)}``.
+    """
+
+    def __init__(self, model, draws: dict[str, torch.Tensor], state: dict[str, torch.Tensor]):
+        super().__init__(draws)
+        self.state = PosteriorDraws(state)
+        self.__dict__["model"] = model  # not a submodule: the guide does not own the network
+
+    def thinned(self, count: int) -> "StatefulDraws":
+        return StatefulDraws(self.model, super().thinned(count).draws(), self.state.thinned(count).draws())
+
+    def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        particles = current_particles()
+        if particles is not None and particles.count > 1:
+            raise ParticlesUnsupported("draws with their own BatchNorm statistics run one per network pass")
+        index = self.index % len(self)
+        out = super().forward(*args, **kwargs)
+        self.write(index)
+        return out
+
+    @torch.no_grad()
+    def write(self, index: int) -> None:
+        """Write draw ``index`` of the state into the model."""
+        tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        for name, value in self.state.draws().items():
+            tensors[name].copy_(value[index % len(value)])

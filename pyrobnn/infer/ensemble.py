@@ -8,8 +8,8 @@ predicts with the uniform mixture of its members,
 .. math:: p(y \mid x) = \frac1M \sum_{m=1}^M p(y \mid x, w_m),
 
 which is the predictive of the empirical posterior :math:`q(w) = \frac1M \sum_m \delta(w - w_m)`: a
-:class:`~pyrobnn.guides.empirical.PosteriorDraws` whose draws are the members' values, the object that holds NUTS
-draws, so ``predict(model, result.posterior(), x, num_samples=M)`` and ``evaluate`` need nothing new.
+:class:`~pyrobnn.infer.draws.Draws` of M runs of one draw each, the object that holds NUTS draws, so
+``predict(model, result.guide(), x, num_samples=M)`` and ``evaluate`` need nothing new.
 
 Only the Bayesian sites are replayed, so members must not differ anywhere else: a network with trained
 deterministic state (BatchNorm, weights under a node prior, a learned noise scale) is refused before anything is
@@ -19,46 +19,44 @@ trained (its sites could be made Bayesian with ``include=``).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import pyro
 import torch
 
 from pyrobnn._compat import BatchNormBase
 from pyrobnn.checks import positive_int
-from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.guides.point import point_values
-from pyrobnn.infer.svi import Callback, Checkpoint, Histories, History, fit
+from pyrobnn.infer.draws import Draws
+from pyrobnn.infer.svi import Callback, Checkpoint, History, fit
 
 __all__ = ["EnsembleResult", "fit_ensemble", "member_checkpoint", "train_members", "trained_state",
            "refuse_trained_state"]
 
 
 @dataclass
-class EnsembleResult(Histories):
-    """The members' point values ``{site: (M, ...)}``, the network they are replayed in (member 0's), and each
-    member's training history (its records carry ``"member"``)."""
+class EnsembleResult(Draws):
+    """The members' point values as draws ``{site: (M, 1, ...)}`` (M runs of one draw), the network they are replayed
+    in (member 0's), and each member's training history (its records carry ``"member"``)."""
 
-    model: torch.nn.Module
-    draws: dict[str, torch.Tensor]
-    histories: list[History] = field(default_factory=list)
+    kind: ClassVar[str] = "ensemble"
+    description: ClassVar[str] = "the members of a deep ensemble written by `pyrobnn train --ensemble`"
 
     @classmethod
     def of(cls, model: torch.nn.Module, guides: Sequence, histories: Sequence[History] = ()) -> "EnsembleResult":
         """The ensemble of trained point-estimate ``guides`` (one per member, in order; :func:`point_values` of
         each), replayed in ``model``."""
         values = [point_values(guide) for guide in guides]
-        return cls(model, {name: torch.stack([member[name] for member in values]) for name in values[0]},
+        return cls(model, {name: torch.stack([member[name] for member in values]).unsqueeze(1) for name in values[0]},
                    list(histories))
 
-    def __len__(self) -> int:
-        return next(iter(self.draws.values())).shape[0]
+    def report(self) -> dict:
+        return {"members": self.runs}
 
-    def posterior(self) -> PosteriorDraws:
-        """The empirical posterior: call m replays member m (predict with ``num_samples=len(result)``)."""
-        return PosteriorDraws(self.draws)
+    def summary(self) -> str:
+        return f"{self.runs} members"
 
 
 def trained_state(model) -> list[str]:

@@ -14,18 +14,16 @@ what they collected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
 from pyrobnn.checks import positive_int
 from pyrobnn.guides.base import direct_parameters
-from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.guides.point import point_values
-from pyrobnn.infer.svi import Checkpoint, Histories, History
+from pyrobnn.infer.svi import Checkpoint
 
-__all__ = ["EpochEnds", "Recorded", "DrawsResult", "site_parameters", "positions", "current", "refuse_resume"]
+__all__ = ["EpochEnds", "Recorded", "site_parameters", "positions", "current", "refuse_resume"]
 
 
 def site_parameters(guide, method: str) -> dict[str, torch.nn.Parameter]:
@@ -94,24 +92,6 @@ class Recorded:
         optim = self.factory(model, guide)
         self.made.append(optim)
         return optim
-
-
-@dataclass
-class DrawsResult(Histories):
-    """Draws ``{site: (runs, draws, ...)}`` of several runs (SG-MCMC's chains, MultiSWAG's members), the network they
-    are replayed in (run 0's) and each run's training history."""
-
-    model: torch.nn.Module
-    draws: dict[str, torch.Tensor]
-    histories: list[History] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        first = next(iter(self.draws.values()))
-        return first.shape[0] * first.shape[1]
-
-    def posterior(self) -> PosteriorDraws:
-        """The empirical posterior of every run's draws, run-major (predict with ``num_samples=len(result)``)."""
-        return PosteriorDraws({name: value.flatten(0, 1) for name, value in self.draws.items()})
 
 
 def refuse_resume(checkpoint, what: str) -> None:

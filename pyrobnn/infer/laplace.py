@@ -15,17 +15,18 @@ subset_of_weights="last_layer", hessian_structure="kron")``, ``optimize_prior_pr
 ``sample``); pyrobnn gives it the last layer as an ``nn.Linear`` on the features :math:`\phi(x)` of the MAP network,
 which is the same model, since the features do not depend on the last layer.
 
-The result is an empirical posterior (:class:`~pyrobnn.guides.empirical.PosteriorDraws`): S draws of the last
-layer, the other sites held at their MAP values, so ``predict``, ``evaluate`` and ``pyrobnn evaluate`` use it as
-they use NUTS draws. With a linear last layer the sampled predictive of the outputs is laplace-torch's linearised
-("GLM") predictive, up to Monte-Carlo error.
+The result is an empirical posterior (:class:`~pyrobnn.infer.draws.Draws`): S draws of the last layer, the other
+sites held at their MAP values, so ``predict``, ``evaluate`` and ``pyrobnn evaluate`` use it as they use NUTS draws.
+With a linear last layer the sampled predictive of the outputs is laplace-torch's linearised ("GLM") predictive, up
+to Monte-Carlo error.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from pyro import poutine
@@ -33,8 +34,8 @@ from torch import nn
 
 from pyrobnn.checks import positive_int
 from pyrobnn.device import device_of
-from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.guides.point import point_values
+from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.predict import prediction_mode
 from pyrobnn.model.likelihoods import Categorical, Gaussian
 
@@ -42,22 +43,25 @@ __all__ = ["LaplaceResult", "fit_laplace", "last_layer_inputs", "last_linear"]
 
 
 @dataclass
-class LaplaceResult:
-    """Draws ``{site: (S, ...)}`` of the last layer and ``(1, ...)`` (the MAP value) of every other site, the tuned
-    prior precision (one value: laplace-torch's scalar prior), the log marginal likelihood there, and laplace-torch's
-    fitted ``KronLLLaplace`` (its model is the last layer alone: call it on :func:`last_layer_inputs`)."""
+class LaplaceResult(Draws):
+    """Draws ``{site: (1, S, ...)}`` of the last layer and ``(1, 1, ...)`` (the MAP value) of every other site, the
+    network they are replayed in, the tuned prior precision (one value: laplace-torch's scalar prior), the log
+    marginal likelihood there, and laplace-torch's fitted ``KronLLLaplace`` (its model is the last layer alone: call
+    it on :func:`last_layer_inputs`)."""
 
-    draws: dict[str, torch.Tensor]
-    prior_precision: list[float]
-    log_marginal_likelihood: float
-    laplace: Any
+    prior_precision: list[float] = field(default_factory=list)
+    log_marginal_likelihood: float = math.nan
+    laplace: Any = None
 
-    def __len__(self) -> int:
-        return max(value.shape[0] for value in self.draws.values())
+    kind: ClassVar[str] = "laplace"
+    description: ClassVar[str] = "Laplace draws written by `pyrobnn train --laplace`"
 
-    def posterior(self) -> PosteriorDraws:
-        """The empirical posterior: call s replays draw s of the last layer (``num_samples=len(result)``)."""
-        return PosteriorDraws(self.draws)
+    def report(self) -> dict:
+        return {"prior_precision": self.prior_precision, "log_marginal_likelihood": self.log_marginal_likelihood}
+
+    def summary(self) -> str:
+        return (f"{len(self)} draws of the last layer, prior precision {self.prior_precision[0]:.4g} (by the "
+                f"marginal likelihood, log {self.log_marginal_likelihood:.4g})")
 
 
 def last_linear(model) -> tuple[nn.Linear, dict[str, str]]:
@@ -154,10 +158,10 @@ def fit_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, num_samples: 
         laplace.optimize_prior_precision(method="marglik", pred_type="glm")
     generator = torch.Generator(device=features.device).manual_seed(seed)
     samples = laplace.sample(num_samples, generator=generator).detach()
-    draws = {name: value.unsqueeze(0) for name, value in values.items()}
+    draws = {name: value.reshape(1, 1, *value.shape) for name, value in values.items()}
     weight = linear.weight.numel()
-    draws[sites["weight"]] = samples[:, :weight].reshape(num_samples, *linear.weight.shape)
+    draws[sites["weight"]] = samples[:, :weight].reshape(1, num_samples, *linear.weight.shape)
     if "bias" in sites:
-        draws[sites["bias"]] = samples[:, weight:].reshape(num_samples, *linear.bias.shape)
-    return LaplaceResult(draws, laplace.prior_precision.detach().cpu().flatten().tolist(),
-                         float(laplace.log_marginal_likelihood().detach()), laplace)
+        draws[sites["bias"]] = samples[:, weight:].reshape(1, num_samples, *linear.bias.shape)
+    return LaplaceResult(model, draws, prior_precision=laplace.prior_precision.detach().cpu().flatten().tolist(),
+                         log_marginal_likelihood=float(laplace.log_marginal_likelihood().detach()), laplace=laplace)

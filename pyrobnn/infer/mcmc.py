@@ -27,6 +27,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pyro
 import torch
@@ -34,8 +35,8 @@ from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive_int
-from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.infer.batched_nuts import sample_chains
+from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
 from pyrobnn.infer.recording import check_mode
 from pyrobnn.model.protocol import network_model
@@ -76,25 +77,22 @@ def chain_diagnostics(draws: dict[str, torch.Tensor]) -> dict[str, dict[str, flo
 
 
 @dataclass
-class MCMCResult:
-    """Draws ``{site: (chains, samples, ...)}``, their diagnostics (plain numbers, as JSON takes them), and per
-    draw the sampler's statistics ``stats`` ``{name: (chains, samples)}`` and the ``predictions``
-    ``(chains, samples, points, outputs)`` at the inputs ``prediction_x`` (class probabilities or means)."""
+class MCMCResult(Draws):
+    """Draws ``{site: (chains, samples, ...)}`` (a :class:`~pyrobnn.infer.draws.Draws`, replayed in ``model``), their
+    diagnostics (plain numbers, as JSON takes them), and per draw the sampler's statistics ``stats``
+    ``{name: (chains, samples)}`` and the ``predictions`` ``(chains, samples, points, outputs)`` at the inputs
+    ``prediction_x`` (class probabilities or means)."""
 
-    draws: dict[str, torch.Tensor]
     diagnostics: dict = field(default_factory=dict)
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
     predictions: torch.Tensor | None = None
     prediction_x: torch.Tensor | None = None
 
-    @property
-    def num_draws(self) -> int:
-        first = next(iter(self.draws.values()))
-        return first.shape[0] * first.shape[1]
+    kind: ClassVar[str] = "mcmc"
+    description: ClassVar[str] = "NUTS draws written by `pyrobnn mcmc`"
 
-    def posterior(self) -> PosteriorDraws:
-        """The empirical guide of all chains' draws (chain-major)."""
-        return PosteriorDraws({name: value.flatten(0, 1) for name, value in self.draws.items()})
+    def summary(self) -> str:
+        return f"{len(self)} draws ({self.runs} chain(s) x {len(self) // self.runs})"
 
     def to_inference_data(self):
         """The draws as an ArviZ ``InferenceData`` (``pip install arviz``): group ``posterior`` (one variable per
@@ -233,7 +231,8 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     diagnostics = summarise(draws, per_chain, seconds=seconds, predictions=predictions)
     diagnostics.update(sampler="batched" if batched is not None else "pyro", **engine, num_weights=potential.size,
                        target_accept=target_accept, max_tree_depth=max_tree_depth, prediction_points=len(prediction_x))
-    return MCMCResult(draws, diagnostics, stats, predictions, prediction_x)
+    return MCMCResult(model, draws, diagnostics=diagnostics, stats=stats, predictions=predictions,
+                      prediction_x=prediction_x)
 
 
 def chain_starts(potential: FlatPotential, initial, num_chains: int, init_jitter: float, seed: int) -> torch.Tensor:

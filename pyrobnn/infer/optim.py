@@ -19,9 +19,9 @@ import torch
 
 from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_int, positive, positive_int
 
-__all__ = ["OPTIMIZERS", "Optim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer", "make_scheduler",
-           "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters", "per_example_rate",
-           "SCALE_INVARIANT", "Schedule"]
+__all__ = ["OPTIMIZERS", "Optim", "GuideRateOptim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer",
+           "make_scheduler", "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters",
+           "per_example_rate", "SCALE_INVARIANT", "Schedule"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
 """A learning-rate multiplier per epoch, ``schedule(epoch)``, or one such callable per parameter group."""
@@ -171,6 +171,24 @@ class Optim:
         """``{"lr", "weight_decay", "rate_scale"}`` on the summed ELBO of ``model`` (:func:`summed_loss_group`)."""
         return summed_loss_group(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
 
+
+
+@dataclass(frozen=True)
+class GuideRateOptim(Optim):
+    """:class:`Optim` with the guide's parameters at ``factor`` times the learning rate and the network's at the rate
+    (the implicit BNN's large rate on its mixture, Trinh et al. 2020; ``--variational-lr-factor``)."""
+
+    factor: float = 1.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        positive("factor (the guide's learning rate over the network's)", self.factor)
+
+    def __call__(self, model, guide) -> torch.optim.Optimizer:
+        network, variational = split_parameters(model, guide)
+        options = self.group(model)  # per example -> the summed ELBO's
+        groups = [{"params": network}, {"params": variational, "lr": options["lr"] * self.factor}]
+        return make_optimizer([group for group in groups if group["params"]], self.name, **options)
 
 @dataclass(frozen=True)
 class StepDecay:

@@ -36,7 +36,16 @@ from pyrobnn.infer.optim import Optim, make_scheduler
 from pyrobnn.infer.recording import check_mode
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.step import ExecutorFailed, Step, objective, settle, tensors
-from pyrobnn.infer.svi import History, Run, built_optimizer, check_data, checked_fit_options, fit, train_epochs
+from pyrobnn.infer.svi import (
+    History,
+    Run,
+    TrainingDiverged,
+    built_optimizer,
+    check_data,
+    checked_fit_options,
+    fit,
+    train_epochs,
+)
 from pyrobnn.model.bayesian_network import BayesianNetwork
 
 __all__ = ["fit_replicas"]
@@ -89,7 +98,7 @@ def fit_replicas(
     alone = dict(epochs=epochs, batch_size=batch_size, optimizer=optimizer, beta=beta, elbo=elbo, num_data=num_data,
                  seed=seed, device=device, compile=compile, progress=False)
     if len(pairs) == 1 or check_mode(compile) == "none":
-        return [fit(*pair, x, y, **alone) for pair in pairs]
+        return _one_by_one(pairs, x, y, alone)
     model, guide = pairs[0]
     if elbo.stochastic:
         check_components(guide.num_components, batch_size, elbo.num_particles if elbo.vectorize_particles else 1,
@@ -121,7 +130,7 @@ def fit_replicas(
             history = train_epochs(run, step, x, y, range(epochs), batch_size, seed, device, beta=beta,
                                    warmup_steps=warmup_steps)
         except ExecutorFailed:  # recorded at the first step: the pairs' own tensors are untouched
-            return [fit(m, g, x, y, **alone) for m, g in pairs]
+            return _one_by_one(pairs, x, y, alone)
         except BaseException:
             _unstack(replicas, stacked)  # the last good values (a diverged step is not applied)
             raise
@@ -129,6 +138,17 @@ def fit_replicas(
     return [History([{key: value[i] if isinstance(value, list) else value for key, value in record.items()}
                      for record in history.epochs], compile=history.compile, compile_reason=history.compile_reason)
             for i in range(len(pairs))]
+
+
+def _one_by_one(pairs, x, y, options: dict) -> list[History]:
+    """Each pair trained alone by :func:`~pyrobnn.infer.svi.fit`; a divergence names the pair as its replica."""
+    histories = []
+    for i, (model, guide) in enumerate(pairs):
+        try:
+            histories.append(fit(model, guide, x, y, **options))
+        except TrainingDiverged as error:
+            raise TrainingDiverged(str(error) if len(pairs) == 1 else f"replica {i}: {error}", replica=i) from None
+    return histories
 
 
 @contextlib.contextmanager

@@ -40,24 +40,25 @@ and the noise always on; the first ``exploration`` fraction of the run is the bu
 **Draws.** At the end of every epoch that ends past the exploration fraction of its cycle (the fraction of the cycle
 its last step completes, :math:`(\mathrm{mod}(k-1, L)+1)/L > \beta`: a cycle's last step always; without cycles, the
 epochs after the burn-in), the sampler keeps the current weights (:class:`DrawCollector`): :func:`fit_sgmcmc`
-returns them as the empirical posterior (:class:`~pyrobnn.guides.PosteriorDraws`, via
-:meth:`SGMCMCResult.posterior`). Several chains run as one stacked network
-(:func:`~pyrobnn.infer.replicas.fit_replicas`): the sampler is element-wise, so the stacked step moves each chain by
-its own gradient and its own noise.
+returns them as the empirical posterior (:class:`SGMCMCResult`, a :class:`~pyrobnn.infer.draws.Draws`). Several
+chains run as one stacked network (:func:`~pyrobnn.infer.replicas.fit_replicas`): the sampler is element-wise, so
+the stacked step moves each chain by its own gradient and its own noise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import pyro
 import torch
 
 from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive, positive_int
+from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.ensemble import refuse_trained_state
-from pyrobnn.infer.iterates import DrawsResult, EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
+from pyrobnn.infer.iterates import EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
 from pyrobnn.infer.mcmc import chain_diagnostics
 from pyrobnn.infer.optim import summed_loss_group
 from pyrobnn.infer.replicas import fit_replicas
@@ -291,28 +292,54 @@ class SGMCMC:
 
 
 @dataclass
-class SGMCMCResult(DrawsResult):
+class SGMCMCResult(Draws):
     """The draws ``{site: (chains, draws, ...)}`` (chain-major), the network they are replayed in (chain 0's), each
-    chain's training history, and the epochs after which the draws were kept."""
+    chain's training history, the epochs after which the draws were kept, and the sampler's settings (``lr``,
+    ``friction``, ``temperature``, ``cycles``, ``exploration``)."""
 
     draw_epochs: list[int] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    kind: ClassVar[str] = "sgmcmc"
+    description: ClassVar[str] = "SG-MCMC draws written by `pyrobnn train --sgmcmc`"
 
     @property
     def chains(self) -> int:
-        return next(iter(self.draws.values())).shape[0]
+        return self.runs
 
     def diagnostics(self) -> dict[str, dict[str, float]]:
         """Split R-hat and bulk ESS per site (:func:`~pyrobnn.infer.mcmc.chain_diagnostics`)."""
         return chain_diagnostics(self.draws)
 
     @classmethod
-    def of(cls, model, recorded: Recorded, histories: Sequence[History] = ()) -> "SGMCMCResult":
+    def of(cls, model, recorded: Recorded, histories: Sequence[History] = (), settings: Optional[dict] = None
+           ) -> "SGMCMCResult":
         """The draws of the samplers ``recorded`` built (one per ``fit``; one for all stacked chains), chains in
         order."""
         collectors = [optim.collector for optim in recorded.made if optim.steps]  # not a stacked try given up
         parts = [collector.stacked() for collector in collectors]
         draws = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
-        return cls(model, draws, list(histories), draw_epochs=list(collectors[0].epochs))
+        return cls(model, draws, list(histories), draw_epochs=list(collectors[0].epochs), settings=dict(settings or {}))
+
+    def chains_of(self, rows: Sequence[int]) -> "SGMCMCResult":
+        """The draws of the chains ``rows`` alone (a grid point's, of a stack of several)."""
+        return dataclasses.replace(self, draws={name: value[list(rows)] for name, value in self.draws.items()})
+
+    def report(self) -> dict:
+        """The settings, the chains, the epochs of the draws, and the worst split R-hat and smallest bulk ESS over
+        the sites (``None`` where they cannot be computed: R-hat needs 4 draws a chain)."""
+        diagnostics = self.diagnostics()
+        r_hat = max(d["r_hat_max"] for d in diagnostics.values())
+        ess = min(d["ess_min"] for d in diagnostics.values())
+        return {**self.settings, "chains": self.chains, "draw_epochs": self.draw_epochs,
+                "r_hat_max": r_hat if math.isfinite(r_hat) else None,
+                "ess_min": ess if len(self.draw_epochs) >= 4 else None}
+
+    def summary(self) -> str:
+        ess = self.report()["ess_min"]
+        return (f"{len(self)} draws ({self.chains} chain(s) x {len(self.draw_epochs)}, after epochs "
+                f"{self.draw_epochs[0]}-{self.draw_epochs[-1]})"
+                + (f", smallest ESS {ess:.1f}" if ess is not None else ""))
 
 
 _REPLICA_OPTIONS = ("elbo", "num_data", "compile", "device")
@@ -352,12 +379,13 @@ def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, fri
         raise ValueError(f"chains={chains} needs make_chain=c -> (model, guide) for chains 1..{chains - 1}")
     refuse_trained_state(model, "each draw would need its own")
     site_parameters(guide, "SG-MCMC")
+    settings = {"friction": friction, "cycles": cycles, "exploration": exploration, "temperature": temperature}
     sampler = Recorded(SGMCMC(lr, friction, temperature, cycles, exploration, epochs,
                               math.ceil(x.shape[0] / batch_size)))
     if chains == 1:
         history = fit(model, guide, x, y, epochs=epochs, batch_size=batch_size, optimizer=sampler, seed=seed,
                       **fit_options)
-        return SGMCMCResult.of(model, sampler, [history])
+        return SGMCMCResult.of(model, sampler, [history], settings)
     unsupported = [name for name in ("transform", "on_epoch_end", "checkpoint") if fit_options.get(name)]
     if unsupported:
         raise ValueError(f"chains={chains} run as one stacked network (fit_replicas), which takes no "
@@ -368,4 +396,4 @@ def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, fri
         pairs.append(tuple(make_chain(c)))
     histories = fit_replicas(pairs, x, y, epochs=epochs, batch_size=batch_size, optimizer=sampler, seed=seed,
                              **{k: v for k, v in fit_options.items() if k in _REPLICA_OPTIONS})
-    return SGMCMCResult.of(model, sampler, histories)
+    return SGMCMCResult.of(model, sampler, histories, settings)

@@ -54,7 +54,13 @@ Callback = Callable[[int, dict], None]
 
 
 class TrainingDiverged(FloatingPointError):
-    """The loss became NaN or infinite; training stopped and the last good checkpoint was kept."""
+    """The loss became NaN or infinite; training stopped and the last good checkpoint was kept. ``replica``: which of
+    the networks trained at once (:func:`~pyrobnn.infer.replicas.fit_replicas`) diverged (None: a network trained
+    alone)."""
+
+    def __init__(self, message: str, replica: Optional[int] = None):
+        super().__init__(message)
+        self.replica = replica
 
 
 @dataclass
@@ -420,7 +426,8 @@ class Run:
                 raise TrainingDiverged(
                     f"{who}loss became {values[0, r].item()} at epoch {epoch + 1}, step {i + 1} (beta={b:g}, "
                     f"lr={per_example_rate(self.optim.param_groups[0]):g}); training stopped.{kept} Lower the "
-                    "learning rate or init_rho, or check the inputs for NaN.")
+                    "learning rate or init_rho, or check the inputs for NaN.",
+                    replica=r if values.shape[1] > 1 else None)
             totals = values if totals is None else totals + values
             betas += b
             on_step(epoch, totals[0].mean().item() / ((i + 1) * num_data))

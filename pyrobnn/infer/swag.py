@@ -17,10 +17,11 @@ With :math:`\sigma^2 = \overline{\theta^2} - \bar\theta^2` (clamped at 1e-30), t
           \quad z_1 \sim \mathcal N(0, I_d),\ z_2 \sim \mathcal N(0, I_K)
 
 (their ``scale = 0.5``; K the columns D holds, fewer than ``rank`` while fewer iterates were collected).
-:func:`fit_swag` returns S draws of it as an empirical posterior (:class:`~pyrobnn.guides.PosteriorDraws`), so
+:func:`fit_swag` returns S draws of it as an empirical posterior (:class:`~pyrobnn.infer.draws.Draws`), so
 ``predict``, ``evaluate`` and ``pyrobnn evaluate`` take it as they take NUTS draws. Where the network has BatchNorm,
 each draw's running statistics are recomputed by one pass over the training data with the draw's weights (the
-authors' ``bn_update``), and such draws, which carry the network's own state, are :class:`StatefulDraws`.
+authors' ``bn_update``), and such draws, which carry the network's own state, replay as
+:class:`~pyrobnn.guides.empirical.StatefulDraws`.
 MultiSWAG is the equal mixture of M SWAGs trained independently (``members``: seeds ``seed..seed+M-1``, as the
 members of a deep ensemble, :func:`~pyrobnn.infer.ensemble.train_members`), S draws each.
 
@@ -35,21 +36,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import torch
 
 from pyrobnn._compat import BatchNormBase
 from pyrobnn.checks import nonnegative_int, positive, positive_int
-from pyrobnn.guides.empirical import PosteriorDraws
-from pyrobnn.handlers.particles import ParticlesUnsupported, current_particles
+from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.ensemble import train_members
-from pyrobnn.infer.iterates import DrawsResult, EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
+from pyrobnn.infer.iterates import EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
 from pyrobnn.infer.optim import FlatThenLinear, Optim, split_parameters
 from pyrobnn.infer.predict import prediction_mode
 from pyrobnn.infer.svi import History
 
-__all__ = ["SWAG", "SWASchedule", "SWAGMoments", "SWAGResult", "StatefulDraws", "fit_swag", "swa_schedule",
+__all__ = ["SWAG", "SWASchedule", "SWAGMoments", "SWAGResult", "fit_swag", "swa_schedule",
            "recompute_batchnorm", "check_collection", "check_rank", "replicas", "swag_draws"]
 
 SCALE = 0.5
@@ -239,43 +239,6 @@ def swag_draws(model, moments: SWAGMoments, row: int, num_samples: int, generato
     return sites, state
 
 
-class StatefulDraws(PosteriorDraws):
-    """Empirical draws that carry, besides the Bayesian sites, the network's own state of each draw (its other
-    trained parameters and the BatchNorm statistics recomputed for the draw): a call replays draw s of the sites
-    and writes draw s of the state into ``model``. One network pass holds one draw, so under vectorized particles it
-    raises :class:`~pyrobnn.handlers.particles.ParticlesUnsupported` (``predict`` then draws one sample per pass).
-
-    :param model: the network the state is written into (by name: ``model.named_parameters()`` and
-        ``named_buffers()``).
-    :param draws: ``{site: (S, ...)}``.
-    :param state: ``{parameter or buffer name: (S, ...)}``.
-    """
-
-    def __init__(self, model, draws: dict[str, torch.Tensor], state: dict[str, torch.Tensor]):
-        super().__init__(draws)
-        self.state = PosteriorDraws(state)
-        self.__dict__["model"] = model  # not a submodule: the guide does not own the network
-
-    def thinned(self, count: int) -> "StatefulDraws":
-        return StatefulDraws(self.model, super().thinned(count).draws(), self.state.thinned(count).draws())
-
-    def forward(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        particles = current_particles()
-        if particles is not None and particles.count > 1:
-            raise ParticlesUnsupported("draws with their own BatchNorm statistics run one per network pass")
-        index = self.index % len(self)
-        out = super().forward(*args, **kwargs)
-        self.write(index)
-        return out
-
-    @torch.no_grad()
-    def write(self, index: int) -> None:
-        """Write draw ``index`` of the state into the model."""
-        tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
-        for name, value in self.state.draws().items():
-            tensors[name].copy_(value[index % len(value)])
-
-
 @torch.no_grad()
 def recompute_batchnorm(model, values: dict[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1000,
                         transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> None:
@@ -309,13 +272,19 @@ def recompute_batchnorm(model, values: dict[str, torch.Tensor], x: torch.Tensor,
 
 
 @dataclass
-class SWAGResult(DrawsResult):
+class SWAGResult(Draws):
     """S draws of each of M SWAGs: ``draws`` ``{site: (M, S, ...)}``, the network they are replayed in (member 0's),
     each member's training history, ``state`` ``{name: (M, S, ...)}`` (the network's other trained parameters and
-    BatchNorm statistics of each draw; empty when it has none) and each member's :class:`SWAGMoments`."""
+    BatchNorm statistics of each draw; empty when it has none: then draws replay as
+    :class:`~pyrobnn.guides.empirical.StatefulDraws`), each member's :class:`SWAGMoments`, and the collection's start
+    T and rank K."""
 
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
     moments: list[SWAGMoments] = field(default_factory=list)
+    start: int = 0
+    rank: int = 0
+
+    kind: ClassVar[str] = "swag"
+    description: ClassVar[str] = "SWAG draws written by `pyrobnn train --swag`"
 
     @property
     def batchnorm(self) -> bool:
@@ -324,7 +293,8 @@ class SWAGResult(DrawsResult):
 
     @classmethod
     def of(cls, model, members: Sequence[tuple[SWAGMoments, int]], num_samples: int, seed: int, x: torch.Tensor,
-           transform: Optional[Callable] = None, histories: Sequence[History] = ()) -> "SWAGResult":
+           transform: Optional[Callable] = None, histories: Sequence[History] = (), start: int = 0,
+           rank: int = 0) -> "SWAGResult":
         """``num_samples`` draws of each SWAG of ``members`` (``(moments, row)``, :func:`replicas`; member m's drawn
         with seed ``seed + m``), replayed in ``model`` (:func:`swag_draws`)."""
         parts = []
@@ -333,16 +303,18 @@ class SWAGResult(DrawsResult):
             parts.append(swag_draws(model, moments, row, num_samples, generator, x, transform))
         draws, state = ({name: torch.stack([part[i][name] for part in parts]) for name in parts[0][i]}
                         for i in (0, 1))
-        return cls(model, draws, list(histories), state=state, moments=[moments for moments, _ in members])
+        return cls(model, draws, list(histories), state=state, moments=[moments for moments, _ in members],
+                   start=start, rank=rank)
 
-    def posterior(self) -> PosteriorDraws:
-        """The empirical posterior of every member's draws, member-major (predict with ``num_samples=len(result)``):
-        :class:`StatefulDraws` where the draws carry the network's own state."""
-        draws = super().posterior()
-        if not self.state:
-            return draws
-        state = {name: value.flatten(0, 1) for name, value in self.state.items()}
-        return StatefulDraws(self.model, draws.draws(), state)
+    def report(self) -> dict:
+        return {"members": len(self.moments), "draws_per_member": len(self) // self.runs, "start": self.start,
+                "rank": self.rank, "collected": [moments.count for moments in self.moments],
+                "batchnorm_recomputed": self.batchnorm}
+
+    def summary(self) -> str:
+        return (f"{len(self)} draws ({len(self.moments)} x {len(self) // self.runs}) of the Gaussian fitted to "
+                f"{self.moments[0].count} iterates, rank {self.moments[0].columns}"
+                + (", BatchNorm statistics recomputed for each" if self.batchnorm else ""))
 
 
 def fit_swag(model, guide, x: torch.Tensor, y: torch.Tensor, *, start: int, rank: int = 20, num_samples: int = 30,
@@ -378,7 +350,7 @@ def fit_swag(model, guide, x: torch.Tensor, y: torch.Tensor, *, start: int, rank
     pairs, histories = train_members(model, guide, x, y, members=members, make_member=make_member, seed=seed,
                                      epochs=epochs, batch_size=batch_size, optimizer=factory, transform=transform,
                                      **fit_options)
-    return SWAGResult.of(model, replicas(factory), num_samples, seed, x, transform, histories)
+    return SWAGResult.of(model, replicas(factory), num_samples, seed, x, transform, histories, start, rank)
 
 
 def _statistics(model, sites: dict[str, torch.Tensor], parameters: dict[str, torch.Tensor], x: torch.Tensor,

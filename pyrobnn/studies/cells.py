@@ -32,8 +32,9 @@ import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
 from pyrobnn.cli.build import check_mcmc, check_run
-from pyrobnn.cli.methods import expand_method, resolve_method
+from pyrobnn.cli.methods import expand_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
+from pyrobnn.methods import resolve_method
 
 __all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "EXECUTOR_KEY", "STUDY_SETS", "LIST_OPTIONS",
            "make_cell", "parse_cell", "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
@@ -223,6 +224,22 @@ def _merged_lists(settings: typing.Sequence[str], base: typing.Sequence[str]) ->
     return kept, joined
 
 
+OPTIMIZER_RATES = ("--lr", "--weight-decay")
+"""A base's options that are the rates of its optimiser (``--optimizer``, Adam by default): a method from an axis that
+trains with another optimiser (SWAG's SGD) keeps its own rates (:func:`_without_other_optimizers_rates`)."""
+
+
+def _without_other_optimizers_rates(base: typing.Sequence[str], method) -> list[str]:
+    """``base`` without :data:`OPTIMIZER_RATES` when ``method`` trains with another optimiser than the base's: a study
+    whose base sets Adam's ``--lr 0.01`` for MC dropout and BBB trains SWAG's SGD at SWAG's own rate, not at a rate
+    chosen for Adam (the cell's replay command shows what it ran)."""
+    named = [tokens[1] for flag, tokens in split_options(base) if flag == "--optimizer" and len(tokens) > 1]
+    own = getattr(method, "optimizer", None)
+    if own is None or getattr(own, "name", None) == (named[-1] if named else _defaults("train")["--optimizer"]):
+        return list(base)
+    return [token for flag, tokens in split_options(base) if flag not in OPTIMIZER_RATES for token in tokens]
+
+
 def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
               settings: typing.Sequence[str] = ()) -> Cell:
     """The cell of ``base`` at ``axes`` (``{option name: value}``) and ``replicate`` (``{"seed": 2}``), parsed and
@@ -237,6 +254,8 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             resolve_method(method)  # the registry's error names the known methods
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
+        if method is not None and _method_of(list(base)) != method:
+            base = _without_other_optimizers_rates(base, resolve_method(method))
         settings, base = _merged_lists(settings, base)
         arguments = list(base)
         for axis, value in axes.items():

@@ -73,9 +73,9 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from pyrobnn.checks import positive_int
-from pyrobnn.cli.methods import resolve_method
 from pyrobnn.data.tables import fingerprint, save_arrays
 from pyrobnn.files import check_writable
+from pyrobnn.methods import resolve_method
 from pyrobnn.studies.baseline import resolve_baseline
 from pyrobnn.studies.cells import LIST_OPTIONS, Cell, axis_arguments, check_axis, make_cell, split_options
 from pyrobnn.studies.published import check_published, known_keys, label_keys, unmatched_keys
@@ -153,7 +153,7 @@ class Study:
 
     :param base: ``pyrobnn train`` arguments shared by every cell (a list, or one string split as a shell would).
     :param vary: ``{option name: values}``, e.g. ``{"guide": ["normal", "dropout"], "method": ["bbb", "map"]}``;
-        ``method`` names presets of :data:`pyrobnn.cli.methods.METHODS`.
+        ``method`` names presets of :data:`pyrobnn.methods.METHODS`.
     :param seeds: run each combination with ``--seed 0`` .. ``--seed seeds-1`` (None: the base's seed).
     :param splits: run each combination on ``--split 0`` .. ``--split splits-1`` (datasets with fixed splits).
     :param baseline: the label the others are compared with, or ``name=value`` pairs of some axes

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 import torch
@@ -266,7 +265,7 @@ def test_an_ensembles_draws_are_calibrated_as_one_mixture(moons_fit):
         member = BayesianNetwork(nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2)), num_data=400)
         guides.append(PointGuide(member))
         fit(member, guides[-1], data.x_train[:400], data.y_train[:400], epochs=3, batch_size=50, **FIT)
-    draws = EnsembleResult.of(member, guides).posterior()
+    draws = EnsembleResult.of(member, guides).guide()
     calibrator = calibrate(member, draws, data.x_train[400:], data.y_train[400:], num_samples=3)
     _, mixture = predicted(member, draws, data.x_test, num_samples=3)
     logits = predictive_outputs(member, draws, data.x_test, num_samples=3)  # (3, N, 2): one pass per member
@@ -338,20 +337,16 @@ def test_the_calibration_rows_are_held_out_of_the_training_set_at_fixed_position
 
 def test_train_calibrate_trains_without_the_held_out_rows_and_reports_the_calibrated_columns(tmp_path, capsys,
                                                                                             monkeypatch):
-    train_module = sys.modules["pyrobnn.cli.train"]  # the package's attribute `train` is the function
+    from pyrobnn.methods import Variational
+
     seen = []
-    original = train_module.trainer
+    original = Variational.train
 
-    def recording(cfg, data):
-        run = original(cfg, data)
+    def recording(self, model, guide, x, y, **options):
+        seen.append(len(x))
+        return original(self, model, guide, x, y, **options)
 
-        def wrapped(model, guide, x, y, **options):
-            seen.append(len(x))
-            return run(model, guide, x, y, **options)
-
-        return wrapped
-
-    monkeypatch.setattr(train_module, "trainer", recording)
+    monkeypatch.setattr(Variational, "train", recording)
     out = tmp_path / "run"
     assert run_cli(["train", *MOONS, "--calibrate", "--calibrate.fraction", 0.2, "--out", out]) == 0
     assert seen == [160]

@@ -15,7 +15,7 @@ import pytest
 
 from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.cli import _parse
-from pyrobnn.cli.build import beta_schedule, build, build_network, check_mcmc, check_run, make_optimizer_factory
+from pyrobnn.cli.build import beta_schedule, build, build_network, check_mcmc, check_run, method_of
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.runs import load_data
 
@@ -217,7 +217,7 @@ def test_each_train_option_with_a_non_default_value_builds_the_run(flag, data_ro
     data = load_data(cfg)
     model, guide = build(cfg, data)
     beta_schedule(cfg)
-    make_optimizer_factory(cfg)(model, guide)
+    method_of(cfg).optimizer_factory(cfg.optim.epochs)(model, guide)
     assert model.sites() or cfg.guide.name == "point"
 
 
@@ -226,7 +226,7 @@ def test_lr_linear_from_is_molchanovs_schedule_and_excludes_lr_step(tmp_path):
     (Molchanov et al.'s lr_linear); with --lr-step as well, one clear error before training."""
     cfg = _parse(["train", *TOY, "--epochs", "10", "--lr-linear-from", "0.5", "--out", str(tmp_path)])
     check_run(cfg)
-    schedule = make_optimizer_factory(cfg).schedule
+    schedule = method_of(cfg).optimizer_factory(cfg.optim.epochs).schedule
     assert [round(schedule(epoch), 6) for epoch in range(10)] == [1, 1, 1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2]
     for extra, message in ((["--lr-step", "2"], "--lr-step and --lr-linear-from"),
                            (["--lr-linear-from", "1.5"], "--lr-linear-from")):

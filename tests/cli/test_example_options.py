@@ -13,7 +13,7 @@ import torch
 from pyrobnn.__main__ import main
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.cli import parse_config
-from pyrobnn.cli.build import build, check_run, make_optimizer_factory
+from pyrobnn.cli.build import build, check_run, method_of
 from pyrobnn.cli.options import RunConfig
 from pyrobnn.cli.runs import load_data
 
@@ -71,7 +71,7 @@ def test_the_guide_parameters_train_at_their_own_rate():
     cfg = configured("--prior", "node", "--guide", "mixture-node", "--lr", "0.002", "--variational-lr-factor", "10",
                      "--num-samples", "4")
     model, guide = build(cfg, load_data(cfg))
-    network, variational = make_optimizer_factory(cfg)(model, guide).param_groups
+    network, variational = method_of(cfg).optimizer_factory(cfg.optim.epochs)(model, guide).param_groups
     assert (network["lr"], variational["lr"]) == (0.002, 0.02)
     assert {id(p) for p in variational["params"]} == {id(p) for p in guide.parameters()}
     assert {id(p) for p in network["params"]} == {id(p) for p in model.parameters()} and network["params"]

@@ -1,5 +1,6 @@
-"""Methods by name (``pyrobnn.cli.methods``): every preset parses as the options it stands for, the user's options win
-over the preset's, the parametrized families resolve, a bad name is one error line, and each preset trains."""
+"""Methods by name on the command line (``pyrobnn.cli.methods``): every preset parses as the options it stands for,
+the user's options win over the preset's, the parametrized families resolve, a bad name is one error line, and each
+preset trains."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 
 from pyrobnn.cli import _parse
 from pyrobnn.cli.build import build, check_mcmc, check_run
-from pyrobnn.cli.methods import METHOD_NAMES, METHODS, expand_method, method_args, resolve_method
+from pyrobnn.cli.methods import METHOD_NAMES, expand_method, method_args, resolve_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.runs import load_data
+from pyrobnn.methods import METHODS
 from tests.support import error_line, run_cli
 
 TOY = ["--dataset", "two-moons", "--train-size", "64", "--test-size", "32", "--hidden", "8", "--batch-size", "32",
@@ -23,11 +25,11 @@ def test_each_preset_parses_into_its_commands_configuration_and_passes_its_check
     method = METHODS[name]
     assert method.paper
     if method.command == "mcmc":
-        cfg = _parse(["mcmc", *method.args])
+        cfg = _parse(["mcmc", *method_args(name)])
         assert isinstance(cfg, MCMCConfig)
         check_mcmc(cfg)
         return
-    cfg = _parse(["train", *method.args, "--method", name])
+    cfg = _parse(["train", *method_args(name), "--method", name])
     assert isinstance(cfg, RunConfig) and cfg.method == name
     check_run(cfg)
 
@@ -35,7 +37,7 @@ def test_each_preset_parses_into_its_commands_configuration_and_passes_its_check
 def test_presets_carry_their_papers_settings():
     """Spot checks against the papers (SPEC.md): Blundell's prior and 5 samples, Molchanov's initial log sigma^2,
     Kingma's initial log alpha, Gal's p = 0.5, paper 004's node prior and initialisation, VDP++'s eq. 11 and 12."""
-    flags = {name: _parse(["train", *method.args]).flags() for name, method in METHODS.items()
+    flags = {name: _parse(["train", *method_args(name)]).flags() for name, method in METHODS.items()
              if method.command == "train"}
     assert (flags["bbb"]["--prior"], flags["bbb"]["--prior.pi"], flags["bbb"]["--num-particles"],
             flags["bbb"]["--beta"]) == ("scale-mixture", 0.25, 5, "geometric")
@@ -63,11 +65,12 @@ def test_presets_carry_their_papers_settings():
 
 
 def test_variational_dense_and_sparse_vd_warm_up_the_kl_under_beta_auto():
-    from pyrobnn.cli.build import paper_schedule
+    from pyrobnn.cli.build import beta_schedule
+    from pyrobnn.infer.schedules import LinearWarmup
 
     for name in ("variational-dense", "vd-additive"):
         cfg = _parse(["train", *method_args(name), "--epochs", "9"])
-        assert paper_schedule(cfg).name == "linear" and paper_schedule(cfg).warmup == 3, name
+        assert beta_schedule(cfg) == LinearWarmup(warmup=3, anneal=6), name
 
 
 def test_families_resolve_any_positive_number_and_unknown_names_list_the_methods():
@@ -98,7 +101,7 @@ def test_expansion_puts_the_preset_first_so_the_users_options_win():
                       ["evaluate", "--method", "bbb"], []):
         assert expand_method(unchanged) == unchanged
     mcmc = expand_method(["mcmc", "--method", "nuts", "--seed", "2"])  # MCMCConfig records no method
-    assert mcmc == ["mcmc", *METHODS["nuts"].args, "--seed", "2"]
+    assert mcmc == ["mcmc", *method_args("nuts"), "--seed", "2"]
 
 
 @pytest.mark.parametrize("argv, message", [

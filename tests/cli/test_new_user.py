@@ -225,10 +225,10 @@ def test_a_mixture_guide_whose_last_batch_cannot_split_among_its_components_is_r
         tmp_path, capsys, monkeypatch):
     """``pyrobnn train --dataset uci-boston --method ibnn-4 --grid protocol`` trained its three grid points and then
     failed: 455 rows leave a last batch of 71, not a multiple of 4 (the grid's 364 rows leave 108, which is)."""
-    from pyrobnn.cli import grid
+    from pyrobnn.methods import base
 
     trained = []
-    monkeypatch.setattr(grid, "fit_replicas", lambda *args, **kwargs: trained.append(1))
+    monkeypatch.setattr(base, "fit_replicas", lambda *args, **kwargs: trained.append(1))
     out = tmp_path / "run"
     argv = ["train", "--dataset", "two-moons", "--train-size", "42", "--test-size", "20", "--hidden", "8",
             "--epochs", "1", "--method", "ibnn-4", "--batch-size", "8", "--num-samples", "4", "--out", out]

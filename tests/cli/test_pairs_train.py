@@ -2,7 +2,7 @@
 
 At f307a6a sparse variational dropout (``--prior log-uniform --guide additive``) trained to chance with exit
 code 0: β = 1 from the first step lets the KL of every weight prune an untrained network. ``--beta auto`` (the
-default) now takes the schedule of each pair's paper (:func:`pyrobnn.cli.build.paper_schedule`). Each pair
+default) now takes the schedule of each pair's paper (:func:`pyrobnn.methods.rules.paper_schedule`). Each pair
 trains 3 epochs on 5,000 MNIST digits with every other option at its default (Adam at ``--lr``'s default,
 batch 128, MLP 400)
 and must reach 50 % test accuracy (chance: 10 %; a pair that learns reaches 74-97 % here), without the
@@ -16,7 +16,7 @@ import json
 import pytest
 
 from pyrobnn.cli import _parse
-from pyrobnn.cli.build import build, check_run, learning_rate
+from pyrobnn.cli.build import build, check_run, method_of
 from pyrobnn.cli.runs import load_data
 from pyrobnn.guides import GUIDES
 from pyrobnn.model.priors import PRIORS
@@ -68,5 +68,5 @@ def test_each_pair_trains_above_chance_at_its_defaults(guide, prior, data_root, 
 def test_the_learning_rate_defaults_by_prior_and_a_named_one_wins(args, rate):
     """Sparse VD (the log-uniform prior) defaults to 3e-3: at 1e-3 its 3-epoch MNIST run stopped at 96.4 %."""
     cfg = _parse(["train", *args])
-    assert learning_rate(cfg) == rate
+    assert method_of(cfg).lr == rate
     assert cfg.optim.lr == (None if "--lr" not in args else rate)

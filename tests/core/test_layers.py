@@ -30,15 +30,18 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "guides": ("ground", "distributions", "model", "handlers.particles"),
     "infer": ("ground", "distributions", "handlers", "model", "guides"),
     "analysis": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer"),
-    "cli": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
+    "methods": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
+    "cli": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis",
+            "methods"),
     "face": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis"),
     "studies": ("ground", "distributions", "data", "networks", "handlers", "model", "guides", "infer", "analysis",
-                "cli"),
+                "methods", "cli"),
     "main": ("cli", "studies"),
 }
 """What each layer may import from pyrobnn, besides itself. ``model`` reads only the particle layout (the
 ``align_targets`` effect) and ``Moments`` of ``handlers``, ``guides`` only its effects (which handler is
-active); ``face`` is ``pyrobnn/__init__.py``; ``studies`` run command lines of ``cli`` as cells; only ``__main__``
+active); ``methods`` are objects over ``infer`` and ``analysis`` (a method trains, its posterior evaluates);
+``face`` is ``pyrobnn/__init__.py``; ``studies`` run command lines of ``cli`` as cells; only ``__main__``
 imports the studies (``pyrobnn study``), and only it and ``studies`` the command line."""
 
 

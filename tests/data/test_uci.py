@@ -316,12 +316,13 @@ def test_the_likelihood_is_chosen_on_held_out_data_and_a_heteroscedastic_point_t
 
 def test_with_an_ensemble_each_grid_point_is_scored_as_its_ensemble(folder, tmp_path, monkeypatch):
     import pyrobnn.cli.grid as grid_module
+    import pyrobnn.methods.base as method_module
     from pyrobnn.guides.empirical import PosteriorDraws
 
     stacked, scored = [], []
-    fit_replicas, test_report = grid_module.fit_replicas, grid_module.test_report
-    monkeypatch.setattr(grid_module, "fit_replicas", lambda pairs, *a, **k: (stacked.append(pairs),
-                                                                              fit_replicas(pairs, *a, **k))[1])
+    fit_replicas, test_report = method_module.fit_replicas, grid_module.test_report
+    monkeypatch.setattr(method_module, "fit_replicas", lambda pairs, *a, **k: (stacked.append(pairs),
+                                                                                fit_replicas(pairs, *a, **k))[1])
     monkeypatch.setattr(grid_module, "test_report", lambda model, guide, held, num_samples, *a, **k: (
         scored.append((guide, num_samples)), test_report(model, guide, held, num_samples, *a, **k))[1])
     cfg = _cfg(folder, tmp_path, "--guide", "point", "--estimator", "sample", "--num-samples", "1", "--ensemble", "3",

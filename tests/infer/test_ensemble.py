@@ -50,21 +50,21 @@ def test_members_are_the_map_fits_of_their_own_seeds(moons):
         model, guide = member()
         fit(model, guide, moons.x_train, moons.y_train, seed=5 + m, **OPTIONS)
         for name, value in point_values(guide).items():
-            assert torch.equal(result.draws[name][m], value), (m, name)
-    weights = result.draws["net.1.weight"]
+            assert torch.equal(result.draws[name][m, 0], value), (m, name)
+    weights = result.draws["net.1.weight"][:, 0]
     assert not torch.allclose(weights[0], weights[1]) and not torch.allclose(weights[1], weights[2])
 
 
 def test_the_predictive_is_the_average_of_the_members_softmax(moons):
     result = ensemble(moons)
-    probs = predict(result.model, result.posterior(), moons.x_test, num_samples=len(result))["probs"]
+    probs = predict(result.model, result.guide(), moons.x_test, num_samples=len(result))["probs"]
     by_hand = []
     for m in range(len(result)):  # each member as a plain torch network, its weights loaded by name
         net = MLP(2, (16,), 2)
-        net.load_state_dict({name.removeprefix("net."): value[m] for name, value in result.draws.items()})
+        net.load_state_dict({name.removeprefix("net."): value[m, 0] for name, value in result.draws.items()})
         by_hand.append(net(moons.x_test).softmax(-1))
     torch.testing.assert_close(probs, torch.stack(by_hand).mean(0))
-    single = predict(result.model, result.posterior(), moons.x_test, num_samples=1)["probs"]
+    single = predict(result.model, result.guide(), moons.x_test, num_samples=1)["probs"]
     assert not torch.allclose(single, probs)  # one member alone predicts otherwise
 
 
@@ -108,10 +108,10 @@ def test_cli_ensemble_writes_members_and_draws_that_evaluate_reads_back(ensemble
     report = json.loads((ensemble_run / "metrics.json").read_text())
     assert report["ensemble"] == {"members": 2} and [r["member"] for r in report["history"]] == [0, 0, 0, 1, 1, 1]
     state = load_checkpoint(ensemble_run / "draws.pt")
-    assert state["kind"] == "ensemble" and state["draws"]["net.1.weight"].shape == (1, 2, 8, 2)
+    assert state["kind"] == "ensemble" and state["draws"]["net.1.weight"].shape == (2, 1, 8, 2)
     for m, name in enumerate(("checkpoint.pt", "checkpoint-member1.pt")):  # draw m is member m's MAP fit
         member_state = load_checkpoint(ensemble_run / name)["guide"]
-        assert torch.equal(state["draws"]["net.1.weight"][0, m], member_state["locs.net.1.weight_unconstrained"])
+        assert torch.equal(state["draws"]["net.1.weight"][m, 0], member_state["locs.net.1.weight_unconstrained"])
     assert_evaluate_reproduces(ensemble_run, "ensemble", 2, tmp_path, capsys)
 
 

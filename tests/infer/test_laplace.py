@@ -53,7 +53,7 @@ def test_sampled_variance_matches_the_kron_closed_form_and_laplace_torchs_glm_pr
         + 1 / (prior + len(x) / SIGMA**2)
     _, glm = result.laplace(phi_test, pred_type="glm")
     torch.testing.assert_close(glm.reshape(-1).double(), closed, rtol=1e-3, atol=1e-9)
-    sampled = predict(model, result.posterior(), x_test, num_samples=len(result))["epistemic_std"].reshape(-1) ** 2
+    sampled = predict(model, result.guide(), x_test, num_samples=len(result))["epistemic_std"].reshape(-1) ** 2
     assert torch.allclose(sampled.double(), closed, rtol=0.12), (sampled, closed)  # sd of the estimate: 2.2 %
 
 
@@ -78,14 +78,15 @@ def test_classification_samples_the_last_layer_around_the_map_and_keeps_the_rest
     result = fit_laplace(model, guide, data.x_train, data.y_train, num_samples=400, seed=0)
     values = point_values(guide)
     assert {name: tuple(v.shape) for name, v in result.draws.items()} == {
-        "net.1.weight": (1, 16, 2), "net.1.bias": (1, 16), "net.3.weight": (400, 2, 16), "net.3.bias": (400, 2)}
-    assert torch.equal(result.draws["net.1.weight"][0], values["net.1.weight"])
-    last = result.draws["net.3.weight"]
+        "net.1.weight": (1, 1, 16, 2), "net.1.bias": (1, 1, 16), "net.3.weight": (1, 400, 2, 16),
+        "net.3.bias": (1, 400, 2)}
+    assert torch.equal(result.draws["net.1.weight"][0, 0], values["net.1.weight"])
+    last = result.draws["net.3.weight"][0]
     spread = last.std(0)
     assert (spread > 0).all()
     assert ((last.mean(0) - values["net.3.weight"]).abs() <= 4 * spread / 20).all()  # within 4 standard errors
     map_probs = predict(model, guide, data.x_test, num_samples=1)["probs"]
-    laplace = predict(model, result.posterior(), data.x_test, num_samples=len(result))
+    laplace = predict(model, result.guide(), data.x_test, num_samples=len(result))
     assert laplace["probs"].max(-1).values.mean() < map_probs.max(-1).values.mean()  # less confident than the MAP
     assert laplace["epistemic"].mean() > 0
     again = fit_laplace(model, guide, data.x_train, data.y_train, num_samples=400, seed=0)

@@ -176,7 +176,7 @@ def test_nuts_recovers_bayesian_linear_regression_posterior():
 
     # the empirical guide's predictive against the analytic posterior predictive N(x mu, x Sigma x^T + sigma^2)
     x_test = torch.tensor([[-2.0, 1.0], [0.0, 0.0], [1.5, 2.0]])
-    posterior = result.posterior()
+    posterior = result.guide()
     assert len(posterior) == 600
     pred = predict(model, posterior, x_test, num_samples=len(posterior))
     design_test = torch.cat([x_test, torch.ones(3, 1)], 1).double()
@@ -198,7 +198,7 @@ def test_posterior_draws_predictive_is_the_average_over_draws():
     shapes = {"net.0.weight": (3, 2), "net.0.bias": (3,), "net.2.weight": (3, 3), "net.2.bias": (3,)}
     chains, per_chain = 2, 4
     draws = {name: 1.5 * torch.randn((chains, per_chain) + shape) for name, shape in shapes.items()}
-    posterior = MCMCResult(draws).posterior()
+    posterior = MCMCResult(model, draws).guide()
     assert len(posterior) == chains * per_chain
     for name, value in posterior.draws().items():  # chain-major: draw c * S + s is chain c's draw s
         assert torch.equal(value[per_chain + 1], draws[name][1, 1])

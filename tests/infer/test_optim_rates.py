@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyrobnn.cli import main
-from pyrobnn.cli.build import GuideRateOptim
 from pyrobnn.infer.optim import (
+    GuideRateOptim,
     Optim,
     TwoGroupSGD,
     per_example_rate,

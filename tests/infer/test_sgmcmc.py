@@ -92,7 +92,7 @@ def test_sgld_and_sghmc_recover_the_posterior_of_bayesian_linear_regression(regr
     draws = result.draws["net.weight"][:, :, 0, :]
     assert draws.shape == (16, 210, 2) and len(result) == 16 * 210 and result.draw_epochs == list(range(91, 301))
     assert_moments(draws, mean, covariance.diag(), bias=lr * 1.9 / 2)
-    probs = predict(result.model, result.posterior(), x[:5], num_samples=len(result))["mean"]
+    probs = predict(result.model, result.guide(), x[:5], num_samples=len(result))["mean"]
     torch.testing.assert_close(probs, (x[:5] @ draws.reshape(-1, 2).T).mean(1, keepdim=True), rtol=1e-4, atol=1e-4)
 
 

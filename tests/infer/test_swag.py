@@ -12,12 +12,13 @@ import torch
 from torch import nn
 
 from pyrobnn import BayesianNetwork, NormalGuide, PointGuide, predict
+from pyrobnn.guides.empirical import StatefulDraws
 from pyrobnn.guides.point import point_values
 from pyrobnn.infer.iterates import Recorded
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.replicas import fit_replicas
 from pyrobnn.infer.svi import Checkpoint, TrainingDiverged
-from pyrobnn.infer.swag import SWAG, StatefulDraws, fit_swag, replicas, swa_schedule
+from pyrobnn.infer.swag import SWAG, fit_swag, replicas, swa_schedule
 from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.model.priors import GaussianPrior
 
@@ -70,7 +71,7 @@ def test_moments_are_the_iterates_sample_moments(regression):
     for i in range(3, 8):  # iterates 4..8 (from 1), the last five
         torch.testing.assert_close(deviations[i % 5], theta[i] - running[i])
     assert result.draws["net.weight"].shape == (1, 10, 1, 3) and result.draws["net.bias"].shape == (1, 10, 1)
-    assert not result.state and isinstance(result.posterior(), type(result.posterior())) and len(result) == 10
+    assert not result.state and isinstance(result.guide(), type(result.guide())) and len(result) == 10
 
 
 def test_draws_have_the_swag_covariance(regression):
@@ -106,7 +107,7 @@ def test_multiswag_is_a_mixture_of_swags_of_their_own_seeds(regression):
     torch.testing.assert_close(result.draws["net.weight"][1], alone.draws["net.weight"][0])
     assert not torch.allclose(result.moments[0].mean[0], result.moments[1].mean[0])
     assert alone.moments[0].count == 6
-    posterior = result.posterior()
+    posterior = result.guide()
     assert len(posterior) == 8 and torch.equal(posterior.draws()["net.weight"][4:], result.draws["net.weight"][1])
 
 
@@ -161,7 +162,7 @@ def test_batchnorm_statistics_are_recomputed_for_each_draw(regression):
         hidden = x @ result.draws["net.net.0.weight"][0, s].T + result.draws["net.net.0.bias"][0, s]
         torch.testing.assert_close(result.state["net.net.1.running_mean"][0, s], hidden.mean(0))
         torch.testing.assert_close(result.state["net.net.1.running_var"][0, s], hidden.var(0), rtol=1e-4, atol=1e-6)
-    posterior = result.posterior()
+    posterior = result.guide()
     assert isinstance(posterior, StatefulDraws)
     means = predict(model, posterior, x[:7], num_samples=5)["mean"]
     by_hand = []

@@ -323,7 +323,7 @@ def test_nuts_on_the_users_model_matches_the_bayesian_network_and_pyros_nuts():
     assert runs["user"][1].diagnostics["sampler"] == "batched" and runs["pyro"][1].diagnostics["sampler"] == "pyro"
     moments = {}
     for name, (model, result) in runs.items():
-        draws = result.posterior()
+        draws = result.guide()
         mean, var = _predictive_moments(model, draws, grid, len(draws))
         ess = min(result.diagnostics["prediction_ess_min"], float(len(draws)))
         moments[name] = (mean, var, ess)
@@ -333,7 +333,7 @@ def test_nuts_on_the_users_model_matches_the_bayesian_network_and_pyros_nuts():
         z_var = (v1 - v2) / (2 * v1**2 / e1 + 2 * v2**2 / e2 + 1e-6).sqrt()
         assert z_mean.abs().max() < 5 and z_var.abs().max() < 5, (name, z_mean, z_var)
     model, result = runs["user"]
-    metrics = evaluate(model, result.posterior(), x, y, num_samples=100)
+    metrics = evaluate(model, result.guide(), x, y, num_samples=100)
     assert metrics["rmse"] < float(y.std())
 
 

@@ -1,0 +1,265 @@
+r"""A method as an object: the prior and guide it builds, its estimator, optimiser and β schedule, how it trains, and
+the posterior it returns, with its paper's defaults in its fields.
+
+:class:`Method` is the contract (an ABC): every method builds a model and a guide the same way
+(:meth:`Method.build`) and trains them its own way (:meth:`Method.train`, abstract), returning a
+:class:`~pyrobnn.methods.posterior.Posterior`. :meth:`Method.fit` does both from a network and data::
+
+    from pyrobnn.methods import METHODS
+    posterior = METHODS["swag"].fit(network, x, y, epochs=20)
+    posterior.evaluate(x_test, y_test)        # accuracy, NLL, ECE, Brier
+
+A method is a frozen dataclass: :func:`dataclasses.replace` gives a variant (``replace(METHODS["bbb"],
+estimator="flipout")``), and the command line reads its fields as its options' defaults (``pyrobnn train --method
+bbb``). :class:`Variational` trains by SVI (:func:`~pyrobnn.infer.svi.fit`); the methods that start from point
+estimates or sample are in :mod:`pyrobnn.methods.posthoc`, :mod:`pyrobnn.methods.nuts` and
+:mod:`pyrobnn.methods.ivon`.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Optional, Union
+
+import pyro
+import torch
+from torch import nn
+
+from pyrobnn.checks import positive_int
+from pyrobnn.guides import PointGuide
+from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.infer.elbo import MeanFieldELBO
+from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.replicas import fit_replicas
+from pyrobnn.infer.svi import fit
+from pyrobnn.methods.posterior import Posterior, VariationalPosterior
+from pyrobnn.methods.rules import learning_rate, paper_schedule
+from pyrobnn.model import BayesianNetwork, GaussianPrior, Prior
+from pyrobnn.model.protocol import NetworkModel
+
+__all__ = ["Method", "Variational", "GuideFactory", "NetworkSource", "MemberBuilder", "member_builder", "is_model"]
+
+GuideFactory = Callable[[nn.Module], nn.Module]
+"""``model -> guide``: a guide class, or a ``functools.partial`` of one with its options
+(``partial(NormalGuide, init_rho=-5.0)``)."""
+
+NetworkSource = Union[nn.Module, Callable[[], nn.Module]]
+"""A network (an ``nn.Module``; a model already: a :class:`~pyrobnn.BayesianNetwork` or a Pyro model written by
+hand), or a function that builds a fresh one (an ensemble's members each need their own)."""
+
+MemberBuilder = Callable[[int], tuple]
+"""``m -> (model, guide)``: run m >= 1 of a method that trains several (an ensemble's members, MultiSWAG's SWAGs,
+SG-MCMC's chains), called after ``pyro.set_rng_seed(seed + m)``."""
+
+
+@dataclass(frozen=True)
+class Method(ABC):
+    """An inference method with its paper's settings.
+
+    :param prior: the weight prior p(w).
+    :param guide: the posterior family, a guide factory (:data:`GuideFactory`).
+    :param estimator: the gradient estimator (:data:`pyrobnn.handlers.ESTIMATORS`: ``sample``, ``local``,
+        ``flipout``, ``vdp``).
+    :param num_particles: posterior samples per training step, drawn in one batched pass.
+    :param beta: the KL weight schedule; ``None``: the paper's for the guide and prior
+        (:func:`~pyrobnn.methods.rules.paper_schedule`).
+    :param optimizer: the optimizer factory (per-example rates, :class:`~pyrobnn.infer.optim.Optim`); ``None``: Adam
+        at :func:`~pyrobnn.methods.rules.learning_rate`.
+    :param batch_size: the minibatch size B.
+    :param num_samples: the posterior predictive's samples.
+    :param paper: where the settings come from.
+    """
+
+    prior: Prior = GaussianPrior()
+    guide: GuideFactory = PointGuide
+    estimator: str = "sample"
+    num_particles: int = 1
+    beta: Optional[Callable[[int, int, int], float]] = None
+    optimizer: Optional[Callable[..., torch.optim.Optimizer]] = None
+    batch_size: int = 128
+    num_samples: int = 100
+    paper: str = ""
+
+    command: ClassVar[str] = "train"
+    """The command of ``pyrobnn`` that runs the method (``train``; ``mcmc`` for NUTS)."""
+
+    restarts: ClassVar[str] = ""
+    """What the method keeps in memory only, not in its checkpoint (``"SWAG keeps its moments"``), so that a resumed
+    run trains again from the start; empty: nothing."""
+
+    run_name: ClassVar[str] = "run"
+    """What one of several runs is called (``ensemble member``, ``SWAG``, ``chain``)."""
+
+    def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
+        for name in ("num_particles", "batch_size", "num_samples"):
+            positive_int(name, getattr(self, name))
+
+    # ------------------------------------------------------------------------------------------------ settings
+
+    def schedule(self, epochs: int):
+        """The β schedule of a run of ``epochs``: :attr:`beta`, else the paper's."""
+        return self.beta if self.beta is not None else paper_schedule(self.guide, self.prior, epochs)
+
+    def optimizer_factory(self, epochs: int):
+        """The optimizer factory of a run of ``epochs``: :attr:`optimizer`, else Adam at the prior's rate."""
+        return self.optimizer if self.optimizer is not None else Optim(lr=learning_rate(self.prior))
+
+    @property
+    def lr(self) -> float:
+        """The per-example learning rate the method trains with."""
+        optimizer = self.optimizer if self.optimizer is not None else Optim(lr=learning_rate(self.prior))
+        return optimizer.lr
+
+    def objective(self, precision: str = "fp32") -> MeanFieldELBO:
+        """The objective: the estimator with :attr:`num_particles` particles in one batched pass, at ``precision``."""
+        return MeanFieldELBO(self.num_particles, vectorize_particles=True, estimator=self.estimator,
+                             precision=precision)
+
+    # ------------------------------------------------------------------------------------------------ building
+
+    def build(self, network: nn.Module, *, likelihood=None, num_data: Optional[int] = None, **selection) -> tuple:
+        """``(model, guide)``: ``network`` with the method's prior on its weights
+        (:class:`~pyrobnn.BayesianNetwork`, with ``likelihood``, ``num_data`` and the site ``selection``: ``include``,
+        ``exclude``, ``deterministic``, ``input_shape``), or ``network`` itself when it is a model already (a
+        :class:`~pyrobnn.BayesianNetwork`, a Pyro model written by hand), and the method's guide of it. Weights
+        are drawn from torch's global RNG: seed it first for a reproducible initialisation."""
+        if is_model(network):
+            if selection or likelihood is not None:
+                raise ValueError(f"{type(network).__name__} is a model already: its prior, likelihood and sites are "
+                                 "its own (pass the plain nn.Module to give it the method's)")
+            model = network
+        else:
+            model = BayesianNetwork(network, likelihood, prior=self.prior, num_data=num_data, **selection)
+        return model, self.guide(model)
+
+    # ------------------------------------------------------------------------------------------------ training
+
+    @abstractmethod
+    def train(self, model, guide, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 10, seed: int = 0,
+              precision: str = "fp32", make_member: Optional[MemberBuilder] = None, **run) -> Posterior:
+        """Train ``guide`` (and what else the method trains) on ``(x, y)`` and return the posterior.
+
+        :param model, guide: built by :meth:`build` (or by hand: any model and guide the method takes).
+        :param epochs: passes over the data.
+        :param seed: seeds the training (a method of several runs: run m with ``seed + m``).
+        :param precision: the network's arithmetic (``fp32``, ``bf16``).
+        :param make_member: builds run m >= 1 of a method that trains several.
+        :param run: the options of :func:`~pyrobnn.infer.svi.fit` that are the run's, not the method's
+            (``device``, ``compile``, ``transform``, ``checkpoint``, ``progress``, ``on_epoch_end``, ``num_data``).
+        """
+
+    def fit(self, network: NetworkSource, x: torch.Tensor, y: torch.Tensor, *, likelihood=None, epochs: int = 10,
+            seed: int = 0, include=None, progress: bool = False, **run) -> Posterior:
+        """Build and train: :meth:`build` on ``network`` (seeded by ``seed``), then :meth:`train`.
+
+        :param network: an ``nn.Module`` (or a model), or a function that builds a fresh one. Runs after the first
+            (an ensemble's members) are built from a function as given, or else from a copy of the network whose
+            layers are initialised anew (``reset_parameters``).
+        :param likelihood: the observation model (default :class:`~pyrobnn.model.likelihoods.Categorical`).
+        :param include: which parameters are Bayesian (:func:`~pyrobnn.model.conversion.bayesian`).
+        :param run: :meth:`train`'s run options.
+        """
+        source = member_builder(network)
+        options = {} if is_model(network) else dict(likelihood=likelihood, num_data=x.shape[0],
+                                                      **({} if include is None else {"include": include}))
+        pyro.set_rng_seed(seed)
+        model, guide = self.build(source(0), **options)
+        return self.train(model, guide, x, y, epochs=epochs, seed=seed, progress=progress,
+                          make_member=lambda m: self.build(source(m), **options), **run)
+
+    # ------------------------------------------------------------------------------------------------ stacked
+
+    @property
+    def runs(self) -> int:
+        """The networks one fit trains (an ensemble's members, MultiSWAG's SWAGs, SG-MCMC's chains): 1 here."""
+        return 1
+
+    def train_stacked(self, pairs: list, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 10, seed: int = 0,
+                      precision: str = "fp32", transform=None, **run) -> list[Posterior]:
+        """Train ``pairs`` ``[(model, guide)]``, P groups of :attr:`runs` consecutive pairs, as one stacked network
+        (:func:`~pyrobnn.infer.replicas.fit_replicas`: one step for all, each its own draws; the grid's points
+        that differ only in tensors of the model) and return the P groups' posteriors.
+
+        :param transform: the training transform's deterministic part (normalisation), where a posterior reads the
+            training data (SWAG's BatchNorm statistics).
+        :param run: the options of :func:`~pyrobnn.infer.replicas.fit_replicas` that are the run's (``device``,
+            ``compile``, ``num_data``).
+        :raises TrainingDiverged: naming the replica (the pair's index) whose loss became NaN or infinite.
+        """
+        options = self.fit_options(epochs, precision)
+        collected = self.collector(x.shape[0], epochs, options["optimizer"])
+        if collected is not None:
+            options["optimizer"] = collected
+        fit_replicas(pairs, x, y, epochs=epochs, seed=seed, **options, **run)
+        runs = self.runs
+        return [self.stacked_posterior(pairs, range(k * runs, (k + 1) * runs), collected, x, seed, transform)
+                for k in range(len(pairs) // runs)]
+
+    def collector(self, rows: int, epochs: int, optimizer):
+        """The optimizer factory that collects what the method keeps of the stacked step (SWAG's moments, SG-MCMC's
+        draws) on ``rows`` training rows, recording the optimisers it builds; None: nothing beyond the trained
+        values."""
+        return None
+
+    def stacked_posterior(self, pairs: list, rows: range, collected, x: torch.Tensor, seed: int,
+                          transform=None) -> Posterior:
+        """The posterior of the stacked pairs ``rows`` after :meth:`train_stacked` (``collected``:
+        :meth:`collector`'s)."""
+        model, guide = pairs[rows[0]]
+        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp")
+
+    def fit_options(self, epochs: int, precision: str = "fp32") -> dict:
+        """The options of :func:`~pyrobnn.infer.svi.fit` that are the method's, for a run of ``epochs``:
+        ``batch_size``, ``optimizer``, ``beta``, ``elbo``."""
+        return dict(batch_size=self.batch_size, optimizer=self.optimizer_factory(epochs),
+                    beta=self.schedule(epochs), elbo=self.objective(precision))
+
+
+def is_model(network) -> bool:
+    """Whether ``network`` is a model already (a Pyro module: a :class:`~pyrobnn.BayesianNetwork`, a Pyro model
+    written by hand), whose prior and sites are its own, rather than a plain network to put the method's prior on."""
+    return isinstance(network, (pyro.nn.PyroModule, NetworkModel))
+
+
+def member_builder(network: NetworkSource) -> Callable[[int], nn.Module]:
+    """``m -> network``: run 0 gets ``network`` itself (or the first network a function builds); run m >= 1 a fresh
+    one, built by the function, or a copy of ``network`` with every layer that has ``reset_parameters`` initialised
+    anew (from torch's RNG, which the caller seeds)."""
+    if not isinstance(network, nn.Module):
+        if not callable(network):
+            raise TypeError(f"network must be an nn.Module or a function that builds one, got {network!r}")
+        first = network()
+
+        def built(m: int) -> nn.Module:
+            return first if m == 0 else network()
+
+        return built
+
+    def copied(m: int) -> nn.Module:
+        if m == 0:
+            return network
+        fresh = copy.deepcopy(network)
+        for module in fresh.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        return fresh
+
+    return copied
+
+
+@dataclass(frozen=True)
+class Variational(Method):
+    """Variational inference by SVI on the annealed ELBO (:func:`~pyrobnn.infer.svi.fit`): Bayes by Backprop,
+    variational dropout, MC dropout, MAP, the implicit BNN's mixture, VDP++ (``estimator="vdp"``: its posterior
+    predicts by moment propagation). Returns a :class:`~pyrobnn.methods.posterior.VariationalPosterior`."""
+
+    def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
+              **run) -> Posterior:
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
+                                    history=history)
+

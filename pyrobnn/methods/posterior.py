@@ -1,0 +1,186 @@
+r"""What every method returns: a posterior :math:`q(w)` that predicts, evaluates, draws, saves and loads.
+
+One protocol, :class:`Posterior`, and two kinds behind it:
+
+- :class:`VariationalPosterior`: a trained guide (Bayes by Backprop, variational dropout, MC dropout, MAP, the
+  mixture node guide, IVON's Gaussian), whose predictive averages ``num_samples`` samples of it (or, under VDP++,
+  propagates its moments);
+- :class:`EmpiricalPosterior`: draws :math:`q(w) = \frac1{RS}\sum_{r,s}\delta(w - w_{r,s})` of a deep ensemble,
+  the Laplace approximation, SWAG, SG-MCMC or NUTS (:class:`~pyrobnn.infer.draws.Draws`), whose predictive replays
+  every draw once.
+
+Either way :meth:`Posterior.predict` is :func:`~pyrobnn.infer.predict.predict` and :meth:`Posterior.evaluate` is
+:func:`~pyrobnn.analysis.evaluate.evaluate` on the posterior's model and guide, so a study compares methods on the
+same predictive, and :meth:`Posterior.draw` gives weight samples ``{site: (S, ...)}`` of any of them.
+:meth:`Posterior.save` writes one file; :func:`load_posterior` reads any of them back into a model built as the
+one that was trained (a variational posterior also needs its guide built alike).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pyro
+import torch
+from pyro import poutine
+from torch import nn
+
+from pyrobnn.analysis.evaluate import evaluate
+from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
+from pyrobnn.checks import one_line, positive_int
+from pyrobnn.infer.draws import Draws
+from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.svi import History
+
+__all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "VARIATIONAL_KIND"]
+
+VARIATIONAL_KIND = "variational"
+"""The ``"kind"`` entry of a file :meth:`VariationalPosterior.save` writes (a draws file names its draws' kind)."""
+
+
+class Posterior(ABC):
+    """The posterior a method returns: the model it belongs to, the guide that replays or samples it, how many
+    samples its predictive averages by default, the method's report (plain numbers for ``metrics.json``) and the
+    training history (:class:`~pyrobnn.infer.svi.History`, or each run's for several)."""
+
+    model: nn.Module
+    guide: nn.Module
+    num_samples: int
+    report: dict
+    history: object
+
+    kind: str = ""
+    """The kind of posterior (``variational``, or the kind of its draws: ``ensemble``, ``laplace``, ``swag``,
+    ``sgmcmc``, ``mcmc``)."""
+
+    moments: bool = False
+    """Whether the predictive propagates moments (VDP++) rather than averaging samples."""
+
+    def predict(self, x: torch.Tensor, num_samples: Optional[int] = None, **options) -> dict[str, torch.Tensor]:
+        """The posterior predictive at ``x`` (:func:`~pyrobnn.infer.predict.predict`'s summaries, or
+        :func:`~pyrobnn.infer.predict.predict_moments`'s under VDP++) with ``num_samples`` samples (default
+        :attr:`num_samples`); ``options`` are ``predict``'s (``batch_size``, ``max_memory``, ``progress``, ...)."""
+        if self.moments:
+            return predict_moments(self.model, self.guide, x, **options)
+        return predict(self.model, self.guide, x, self._samples(num_samples), **options)
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, **options) -> dict:
+        """Accuracy, NLL, ECE and Brier (classification) or RMSE, NLL and the log-likelihood (regression) of the
+        predictive on ``(x, y)``: :func:`~pyrobnn.analysis.evaluate.evaluate`, whose ``options`` it takes."""
+        return evaluate(self.model, self.guide, x, y, self._samples(num_samples), moments=self.moments, **options)
+
+    @abstractmethod
+    def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
+        """``num_samples`` weight samples ``{site: (S, ...)}`` (default :attr:`num_samples`), seeded."""
+
+    @abstractmethod
+    def save(self, path: str | Path, **metadata) -> None:
+        """Write the posterior to ``path`` (atomically), with ``metadata`` entries (the command line stores its
+        configuration as ``config``); :func:`load_posterior` reads it back."""
+
+    def _samples(self, num_samples: Optional[int]) -> int:
+        return positive_int("num_samples", self.num_samples if num_samples is None else num_samples)
+
+
+@dataclass
+class VariationalPosterior(Posterior):
+    """A trained guide of ``model``: its predictive averages ``num_samples`` samples (``moments``: VDP++'s one
+    deterministic pass instead).
+
+    :param model: the model, e.g. a :class:`~pyrobnn.BayesianNetwork` or a Pyro model written by hand.
+    :param guide: its trained guide (a pyrobnn guide or a Pyro autoguide).
+    :param num_samples: the predictive's samples by default.
+    :param moments: predict by moment propagation (:func:`~pyrobnn.infer.predict.predict_moments`).
+    :param report: what the method records of it.
+    :param history: the training history.
+    """
+
+    model: nn.Module
+    guide: nn.Module
+    num_samples: int = 100
+    moments: bool = False
+    report: dict = field(default_factory=dict)
+    history: object = field(default_factory=History)
+
+    kind = VARIATIONAL_KIND
+
+    @torch.no_grad()
+    def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
+        """Samples of the guide's latent sites: the guide run ``num_samples`` times under a trace, seeded (Pyro's
+        global RNG is restored afterwards)."""
+        count = self._samples(num_samples)
+        state = pyro.util.get_rng_state()
+        try:
+            pyro.set_rng_seed(seed)
+            traces = [poutine.trace(self.guide).get_trace() for _ in range(count)]
+        finally:
+            pyro.util.set_rng_state(state)
+        names = [name for name, site in traces[0].nodes.items() if site["type"] == "sample"
+                 and not site["is_observed"]]
+        return {name: torch.stack([trace.nodes[name]["value"].detach() for trace in traces]) for name in names}
+
+    def save(self, path: str | Path, **metadata) -> None:
+        """The model's and the guide's state (``model``, ``guide``), the method's report and ``metadata``."""
+        save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(),
+                               "guide": self.guide.state_dict(), "report": self.report, **metadata})
+
+
+@dataclass
+class EmpiricalPosterior(Posterior):
+    """The draws of a sampling or post-hoc method (:class:`~pyrobnn.infer.draws.Draws`: a deep ensemble, Laplace,
+    SWAG, SG-MCMC, NUTS); its predictive replays ``num_samples`` of them (by default all, each once; fewer: an evenly
+    thinned subset, :meth:`~pyrobnn.guides.PosteriorDraws.thinned`).
+
+    :param result: the draws.
+    :param num_samples: the predictive's draws by default (``None``: all of them).
+    :param report: what the method records of them (default: :meth:`~pyrobnn.infer.draws.Draws.report`).
+    """
+
+    result: Draws
+    num_samples: Optional[int] = None
+    report: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.num_samples is None:
+            self.num_samples = len(self.result)
+        self.report = self.report or self.result.report()
+        self.model, self.guide, self.history = self.result.model, self.result.guide(), self.result
+        self.kind = self.result.kind
+
+    def __len__(self) -> int:
+        return len(self.result)
+
+    def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
+        """``num_samples`` of the draws ``{site: (S, ...)}``, evenly spaced over all of them (all of them, in order,
+        by default; ``seed`` is unused: the draws are fixed)."""
+        return self.guide.thinned(self._samples(num_samples)).draws()
+
+    def save(self, path: str | Path, **metadata) -> None:
+        """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind."""
+        self.result.save(path, **{self.result.kind: self.report, **metadata})
+
+
+def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,
+                   num_samples: Optional[int] = None) -> Posterior:
+    """The posterior saved at ``path`` (by :meth:`Posterior.save`, ``pyrobnn train`` or ``pyrobnn mcmc``), in
+    ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else a
+    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. A file that does not fit is one
+    ``ValueError`` naming it."""
+    state = load_checkpoint(path)
+    kind = state.get("kind")
+    if kind is not None and kind != VARIATIONAL_KIND:
+        return EmpiricalPosterior(Draws.load(path, model, state), num_samples, report=dict(state.get(kind) or {}))
+    if guide is None:
+        raise ValueError(f"{path} holds a variational posterior: pass the guide, built as the trained one "
+                         "(load_posterior(path, model, guide))")
+    try:
+        model.load_state_dict(state["model"])
+        guide.load_state_dict(state["guide"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as error:
+        raise ValueError(f"{path} does not fit the model and guide (another network or sizes?): "
+                         f"{one_line(error)[:300]}") from None
+    return VariationalPosterior(model, guide, **({} if num_samples is None else {"num_samples": num_samples}),
+                                report=dict(state.get("report") or {}))

@@ -1,0 +1,159 @@
+"""Every method by name, with its paper's settings: the registry that Python users, the command line
+(``pyrobnn train --method NAME``) and the studies (``--vary method=bbb,mcdropout``) read.
+
+Three families take a number: ``ibnn-K`` (the implicit BNN with K mixture components), ``ensemble-M`` (a deep
+ensemble of M MAP fits) and ``multiswag-M`` (M SWAGs); :data:`METHODS` lists ``ibnn-4``, ``ensemble-5`` and
+``multiswag-5``, :func:`resolve_method` takes any ``ibnn-<K>``, ``ensemble-<M>`` and ``multiswag-<M>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from functools import partial
+from typing import Callable
+
+from pyrobnn.guides import (
+    AdditiveDropoutGuide,
+    DropoutGuide,
+    MixtureNodeGuide,
+    MultiplicativeDropoutGuide,
+    NormalGuide,
+    PointGuide,
+)
+from pyrobnn.infer.optim import Optim, StepDecay
+from pyrobnn.infer.schedules import Constant, Geometric
+from pyrobnn.methods.base import Method, Variational
+from pyrobnn.methods.nuts import NUTS
+from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
+from pyrobnn.model.priors import GaussianPrior, LogUniformPrior, NodePrior, ScaleMixturePrior
+
+__all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "resolve_method"]
+
+BBB = Variational(
+    prior=ScaleMixturePrior(pi=0.25, sigma1=1.0, sigma2=math.exp(-8)), guide=partial(NormalGuide, init_rho=-5.0),
+    estimator="sample", num_particles=5, beta=Geometric(), optimizer=Optim("adam", 1e-3, schedule=StepDecay(100, 0.5)),
+    batch_size=128,
+    paper="Blundell et al. 2015, Weight Uncertainty in Neural Networks (as reproduced by Rahmanto, paper 003): the "
+          "scale-mixture prior at the optimum of their grid (pi = 1/4, sigma1 = 1, sigma2 = e^-8), sigma = "
+          "softplus(rho) from rho0 = -5, 5 weight samples per minibatch, the geometric per-minibatch KL weights, Adam "
+          "at 1e-3 halved every 100 epochs, batches of 128")
+
+MAP = Variational(prior=GaussianPrior(scale=1.0), guide=PointGuide, num_samples=1,
+                  paper="maximum a posteriori: point estimates under a N(0, 1) prior (the likelihood plus ||w||^2/2), "
+                        "one predictive pass")
+
+MAP_SETTINGS = {field.name: getattr(MAP, field.name) for field in dataclasses.fields(Method) if field.name != "paper"}
+"""The settings every method made of MAP fits starts from (a N(0, 1) prior, point estimates, one predictive pass)."""
+
+
+def mixture_nodes(k: int) -> Variational:
+    """The implicit BNN of Trinh, Kaski & Heinonen (2020) with K components (paper 004, Table 2, VGG-16 on CIFAR-10):
+    node prior N(1, 0.3^2) on every layer's inputs, component means from N(1, 0.75^2), S = 2 samples per example,
+    5 predictive samples per component; beta from 0 to 1 over the first 2/3 of the epochs (the paper's rule). Their
+    two learning rates (SGD on the weights, a large constant one on the mixture) are Adam at one rate here."""
+    return Variational(prior=NodePrior(scale=0.3), guide=partial(MixtureNodeGuide, init_scale=0.75, num_components=k),
+                       estimator="local", num_particles=2, num_samples=5 * k, paper=IBNN_PAPER)
+
+
+def ensemble(m: int) -> Ensemble:
+    """A deep ensemble of M MAP fits."""
+    return Ensemble(**MAP_SETTINGS, members=m, paper=ENSEMBLE_PAPER)
+
+
+def multiswag(m: int) -> SWAG:
+    """M SWAGs of 20 draws each."""
+    return dataclasses.replace(SWAG_METHOD, members=m, num_samples=20, paper=MULTISWAG_PAPER)
+
+
+IBNN_PAPER = ("Trinh, Kaski & Heinonen 2020, implicit BNN (paper 004): K-component mixture over node latents, "
+              "5 predictive samples per component")
+ENSEMBLE_PAPER = ("Lakshminarayanan, Pritzel & Blundell 2017, deep ensembles: M MAP fits from the initialisations of "
+                  "seeds seed..seed+M-1, predicted as their uniform mixture")
+MULTISWAG_PAPER = ("Wilson & Izmailov 2020, MultiSWAG: M SWAGs from the seeds seed..seed+M-1 (Maddox et al. 2019), 20 "
+                   "draws each, predicted as their equal mixture")
+
+SWAG_METHOD = SWAG(**{**MAP_SETTINGS, "optimizer": Optim("sgd", 0.05), "num_samples": 30}, rank=20, swa_lr=0.01,
+                   paper="Maddox et al. 2019, A simple baseline for Bayesian uncertainty in deep learning: SGD with "
+                         "Nesterov momentum from lr 0.05 down to the SWA rate 0.01 between 0.5 T and 0.9 T, a Gaussian "
+                         "with diagonal plus rank-20 covariance fitted to the iterates of the epochs after T (half the "
+                         "epochs), 30 draws, BatchNorm statistics recomputed for each")
+
+
+def _sgmcmc(sampler: str, lr: float, paper: str) -> SGMCMC:
+    return SGMCMC(**{**MAP_SETTINGS, "optimizer": Optim(lr=lr)}, sampler=sampler, paper=paper)
+
+
+METHODS: dict[str, Method] = {
+    "bbb": BBB,
+    "bbb-local": dataclasses.replace(BBB, estimator="local",
+                                     paper="Kingma, Salimans & Welling 2015: Bayes by Backprop's posterior by local "
+                                           "reparameterization"),
+    "flipout": dataclasses.replace(BBB, estimator="flipout",
+                                   paper="Wen et al. 2018, Flipout: Bayes by Backprop's posterior with "
+                                         "pseudo-independent perturbations"),
+    "vd-additive": Variational(prior=LogUniformPrior(), guide=partial(AdditiveDropoutGuide, init_log_sigma2=-10.0),
+                               estimator="local",
+                               paper="Molchanov, Ashukha & Vetrov 2017, sparse variational dropout: additive "
+                                     "parameterisation, log alpha clipped to [-8, 8], KL off for the first third of "
+                                     "the epochs then linear to 1"),
+    "vd-multiplicative": Variational(prior=LogUniformPrior(),
+                                     guide=partial(MultiplicativeDropoutGuide, init_log_alpha=-4.0), estimator="local",
+                                     paper="Kingma, Salimans & Welling 2015, variational dropout: w = theta(1 + "
+                                           "sqrt(alpha) eps), alpha <= 1, their KL approximation"),
+    "variational-dense": Variational(prior=GaussianPrior(scale=1.0),
+                                     guide=partial(NormalGuide, parameterization="log_variance", init_rho=-6.0),
+                                     estimator="local",
+                                     paper="Graves 2011 as the VariationalMLP.jl thesis trains it (paper 001): learned "
+                                           "log variance from a tiny sigma, N(0, 1) prior, KL warm-up then linear "
+                                           "annealing"),
+    "mcdropout": Variational(prior=GaussianPrior(scale=1.0), guide=partial(DropoutGuide, rate=0.5), estimator="local",
+                             paper="Gal & Ghahramani 2016, Dropout as a Bayesian Approximation: p = 0.5 before every "
+                                   "weight layer, one mask per example, N(0, 1) prior as weight decay"),
+    "map": MAP,
+    "ibnn-4": mixture_nodes(4),
+    "vdp": Variational(prior=GaussianPrior(scale=0.1), guide=partial(NormalGuide, share="row", init_rho=-3.0),
+                       estimator="vdp", beta=Constant(), optimizer=Optim(lr=0.003),
+                       paper="VDP++, Efficient Scaling of Bayesian Neural Networks (paper 002): moments propagated "
+                             "through the network, one sigma per output unit (eq. 12), Gaussian NLL with the "
+                             "propagated variance (eq. 11)"),
+    "nuts": NUTS(prior=GaussianPrior(scale=1.0),
+                 paper="Hoffman & Gelman 2014, NUTS: the exact posterior of a small network on full-batch data (the "
+                       "toys, UCI regression)"),
+    "ensemble-5": ensemble(5),
+    "laplace": Laplace(**{**MAP_SETTINGS, "num_samples": 100},
+                       paper="Daxberger et al. 2021, Laplace Redux (laplace-torch): last-layer, Kronecker-factored GGN "
+                             "at the MAP fit, prior precision by the marginal likelihood; 100 draws of the last layer"),
+    "swag": SWAG_METHOD,
+    "multiswag-5": multiswag(5),
+    "sgld": _sgmcmc("sgld", 0.05, "Welling & Teh 2011, stochastic gradient Langevin dynamics on the minibatch log "
+                                  "joint: constant step, the first half of the epochs burnt in, a draw at the end of "
+                                  "every later epoch"),
+    "sghmc": _sgmcmc("sghmc", 0.01, "Chen, Fox & Guestrin 2014, stochastic gradient HMC (friction 0.1: momentum 0.9): "
+                                    "constant step, the first half of the epochs burnt in, a draw at the end of every "
+                                    "later epoch"),
+    "csghmc": _sgmcmc("csghmc", 0.5, "Zhang et al. 2020, cyclical SG-MCMC (cSGHMC) as their CIFAR-10 code runs it: 4 "
+                                     "cosine cycles from a step of 0.5 per example, friction 0.9, noise in the last "
+                                     "10 % of each cycle and a draw at the end of each of its epochs"),
+}
+"""Every method by name, with its paper's settings."""
+
+FAMILIES: dict[str, Callable[[int], Method]] = {"ibnn": mixture_nodes, "ensemble": ensemble, "multiswag": multiswag}
+"""Methods with a number: ``<family>-<n>`` -> the method for n."""
+
+METHOD_NAMES: tuple[str, ...] = tuple({"ibnn-4": "ibnn-K", "ensemble-5": "ensemble-M", "multiswag-5": "multiswag-M"
+                                       }.get(name, name) for name in METHODS)
+"""The names as ``--help`` and errors show them (``ibnn-K``, ``ensemble-M``, ``multiswag-M`` for the families)."""
+
+
+def resolve_method(name: str) -> Method:
+    """The method called ``name``: a key of :data:`METHODS`, or ``ibnn-<K>`` / ``ensemble-<M>`` / ``multiswag-<M>``
+    with a positive number; anything else is a ``ValueError`` naming the known methods."""
+    if name in METHODS:
+        return METHODS[name]
+    match = re.fullmatch(r"([a-z]+)-([0-9]+)", name) if isinstance(name, str) else None
+    if match and match.group(1) in FAMILIES and int(match.group(2)) >= 1:
+        return FAMILIES[match.group(1)](int(match.group(2)))
+    raise ValueError(f"--method {name}: unknown method; choose one of {', '.join(METHOD_NAMES)} "
+                     "(K, M: positive integers)")
