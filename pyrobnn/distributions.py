@@ -38,6 +38,7 @@ pair raises ``NotImplementedError`` and the ELBO falls back on Monte Carlo.
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 import pyro.distributions as dist
 import torch
@@ -51,9 +52,32 @@ __all__ = [
     "softplus", "ScaleMixtureNormal", "IsotropicNormal", "LogUniform", "DropoutNormal", "kingma_kl", "molchanov_kl",
     "KINGMA_CONSTANTS", "MOLCHANOV_CONSTANTS", "KL_APPROXIMATIONS", "DropoutWeight", "dropout_kl_constant",
     "EqualMixtureNormal", "MIXTURE_KLS", "mixture_mean_kl", "mixture_entropy_lower_bound", "mixture_kl_upper_bound",
-    "PushedNormal", "support_transform", "MomentCategorical",
+    "PushedNormal", "support_transform", "MomentCategorical", "Joint", "JointFactor",
 ]
 
+
+
+@runtime_checkable
+class Joint(Protocol):
+    """A posterior over several sites at once (:class:`~pyrobnn.guides.normal.JointNormal`): what the estimators and
+    :class:`~pyrobnn.MeanFieldELBO` read of it through its per-site factors (:class:`JointFactor`)."""
+
+    def variance(self, index: int) -> torch.Tensor:
+        """:math:`\sigma^2` of site ``index``, computed once for all sites."""
+
+    def prior_key(self, prior) -> tuple | None:
+        """A key equal for the priors that put the same law on every weight (those :meth:`kl` covers at once)."""
+
+    def kl(self, prior, values: dict) -> torch.Tensor | None:
+        """:math:`\mathrm{KL}(q\|p)` summed over all sites in one computation (None when it cannot be one)."""
+
+
+@runtime_checkable
+class JointFactor(Protocol):
+    """The distribution of one site that is factor ``index`` of a :class:`Joint` posterior."""
+
+    joint: Joint
+    index: int
 
 class _Softplus(torch.autograd.Function):
     r""":math:`\mathrm{softplus}(\rho) = \log(1 + e^{\rho})` (``rho`` itself above 20, as ``F.softplus``),

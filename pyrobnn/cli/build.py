@@ -400,7 +400,8 @@ def sampler(cfg: RunConfig, steps_per_epoch: int) -> SGMCMC:
     ``--sgmcmc``)."""
     method = method_of(cfg)
     try:
-        return SGMCMC(method.lr, epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch, **method.settings())
+        return SGMCMC(method.learning_rate, epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch,
+                      **method.settings())
     except ValueError as error:
         raise ValueError(f"--sgmcmc {cfg.posterior.sgmcmc}: {error}") from None
 

@@ -219,6 +219,7 @@ def run_method(cfg, settings: dict) -> Method:
               if (flag := _own_flag(base, field.name, set(flags))) is not None}
     if cls is SWAG:
         values["members"] = max(1, values["members"])
-    common = {name: value for name, value in settings.items() if name in {f.name for f in dataclasses.fields(Method)}}
+    common = {name: value for name, value in settings.items() if name in {f.name for f in dataclasses.fields(Method)}
+              and (name != "optimizer" or cls.takes_optimizer)}
     return dataclasses.replace(base, **common, **values)
 

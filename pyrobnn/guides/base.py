@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+from abc import ABCMeta, abstractmethod
 from typing import Callable, Iterator, Union
 
 import pyro
@@ -128,7 +129,11 @@ def _initial_loc(site: Site, init_loc: InitLoc) -> torch.Tensor:
     )
 
 
-class SiteGuide(PyroModule):
+class _GuideMeta(type(PyroModule), ABCMeta):
+    """PyroModule's metaclass with ABC's: a :class:`SiteGuide` is a Pyro module whose family methods are abstract."""
+
+
+class SiteGuide(PyroModule, metaclass=_GuideMeta):
     """Base class of mean-field guides over the latent sites of a model of a network
     (:class:`~pyrobnn.model.protocol.NetworkModel`).
 
@@ -205,15 +210,15 @@ class SiteGuide(PyroModule):
         :attr:`~pyrobnn.model.protocol.Site.is_parameter`); the other sites get :meth:`fallback_posterior`."""
         return site.is_parameter
 
-    # -- what a method defines ------------------------------------------------------
+    # -- what a family defines (the contract: both abstract) ------------------------
+    @abstractmethod
     def setup_site(self, site: Site, loc: torch.Tensor) -> None:
         """Create the variational parameters of ``site`` with :meth:`add_param`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def get_posterior(self, name: str,
                       prior: pyro.distributions.TorchDistribution) -> pyro.distributions.TorchDistribution:
         """The posterior factor :math:`q(w_{name})` (event shape = the parameter's shape), given the site's prior."""
-        raise NotImplementedError
 
     def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and standard deviation of site ``name`` (Normal-family guides)."""

@@ -22,6 +22,7 @@ import torch
 from torch.distributions import Independent
 
 from pyrobnn._compat import tree_flatten
+from pyrobnn.distributions import JointFactor
 from pyrobnn.handlers.lazy_value import LAYERS, LazyWeight
 
 __all__ = ["GaussianWeight"]
@@ -54,8 +55,7 @@ class GaussianWeight(LazyWeight):
         loc, scale = base.loc, base.scale
         if loc.shape != fn.shape():
             loc, scale = loc.expand(fn.shape()), scale.expand(fn.shape())
-        joint = getattr(base, "joint", None)
-        return cls(loc, scale, estimator, joint.variance(base.index) if joint is not None else None)
+        return cls(loc, scale, estimator, base.joint.variance(base.index) if isinstance(base, JointFactor) else None)
 
     @property
     def variance(self) -> torch.Tensor:

@@ -21,7 +21,7 @@ their KL in one computation over all weights (:meth:`~pyrobnn.guides.normal.Join
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 from pyro import poutine
@@ -31,6 +31,7 @@ from pyro.poutine.util import site_is_subsample
 from torch.distributions import kl_divergence
 
 from pyrobnn.checks import choice, positive_int
+from pyrobnn.distributions import JointFactor
 from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.handlers import estimator as estimator_handler
 from pyrobnn.handlers.distribution_tensor import DistributionTensor
@@ -38,13 +39,29 @@ from pyrobnn.handlers.families import base_distribution
 from pyrobnn.handlers.lazy_value import unscored
 from pyrobnn.handlers.particles import ParticlesUnsupported, mismatched_rows_unsupported
 
-__all__ = ["MeanFieldELBO", "ELBOTerms", "PRECISIONS"]
+__all__ = ["MeanFieldELBO", "ELBOTerms", "Objective", "PRECISIONS"]
 
 
 class ELBOTerms(NamedTuple):
     loss: torch.Tensor  #: differentiable negative ELBO (β-weighted KL)
     nll: torch.Tensor  #: scaled negative log-likelihood (full-dataset estimate)
     kl: torch.Tensor  #: KL(q || p), unweighted by β
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """What the step engine (:class:`~pyrobnn.infer.step.Step`) trains on: the terms of the loss of one step, and
+    how its particles are drawn. :class:`MeanFieldELBO` is the one pyrobnn has."""
+
+    num_particles: int
+    vectorize_particles: bool
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether the loss draws random numbers (weights, masks); VDP++'s moments do not."""
+
+    def terms(self, model, guide, *args, **kwargs) -> ELBOTerms:
+        """:class:`ELBOTerms` of the step on ``args`` (the loss with the β-weighted KL, the scaled NLL, the KL)."""
 
 
 def _site_kl(guide_site, model_site) -> torch.Tensor:
@@ -178,7 +195,8 @@ class MeanFieldELBO(ELBO):
                     raise ValueError(f"the guide has no site {name!r}: it must cover every latent site")
                 _check_reparameterized(guide_site)
                 factor = base_distribution(unscored(guide_site["fn"]))
-                joint, prior = getattr(factor, "joint", None), unscored(site["fn"])
+                joint = factor.joint if isinstance(factor, JointFactor) else None
+                prior = unscored(site["fn"])
                 key = joint.prior_key(prior) if joint is not None and guide_site["mask"] is None else None
                 if key is not None:
                     scale = guide_site["scale"]

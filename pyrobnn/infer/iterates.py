@@ -21,6 +21,7 @@ import torch
 from pyrobnn.checks import positive_int
 from pyrobnn.guides.base import direct_parameters
 from pyrobnn.guides.point import point_values
+from pyrobnn.infer.optim import schedule_of
 from pyrobnn.infer.svi import Checkpoint
 
 __all__ = ["EpochEnds", "Recorded", "site_parameters", "positions", "current", "refuse_resume"]
@@ -85,8 +86,7 @@ class Recorded:
     def __init__(self, factory: Callable[..., torch.optim.Optimizer]):
         self.factory = factory
         self.made: list[torch.optim.Optimizer] = []
-        self.schedule = getattr(factory, "schedule", None)
-        self.warmup_steps = getattr(factory, "warmup_steps", 0)
+        self.schedule, self.warmup_steps = schedule_of(factory)
 
     def __call__(self, model, guide) -> torch.optim.Optimizer:
         optim = self.factory(model, guide)

@@ -13,7 +13,7 @@ and :class:`FlatThenLinear` (Trinh et al. 2020).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 
@@ -21,10 +21,48 @@ from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_in
 
 __all__ = ["OPTIMIZERS", "Optim", "GuideRateOptim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer",
            "make_scheduler", "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters",
-           "per_example_rate", "SCALE_INVARIANT", "Schedule"]
+           "per_example_rate", "SCALE_INVARIANT", "Schedule", "OptimizerFactory", "ScheduledFactory", "schedule_of",
+           "PerturbingOptimizer"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
 """A learning-rate multiplier per epoch, ``schedule(epoch)``, or one such callable per parameter group."""
+
+
+@runtime_checkable
+class OptimizerFactory(Protocol):
+    """``(model, guide) -> torch.optim.Optimizer``: what :func:`~pyrobnn.infer.svi.fit` builds its optimiser with
+    (:class:`Optim`, :class:`TwoGroupSGD`, SWAG's and SG-MCMC's collectors, or any such callable)."""
+
+    def __call__(self, model, guide) -> torch.optim.Optimizer:
+        """The optimiser over the parameters of ``model`` and ``guide`` that training changes."""
+
+
+@runtime_checkable
+class ScheduledFactory(OptimizerFactory, Protocol):
+    """An optimizer factory that carries its learning-rate ``schedule`` (a multiplier per epoch, None: constant) and
+    ``warmup_steps`` (a linear ramp over the first optimiser steps, 0: none), as :class:`Optim` does."""
+
+    schedule: Optional[Schedule]
+    warmup_steps: int
+
+
+def schedule_of(factory: OptimizerFactory) -> tuple[Optional[Schedule], int]:
+    """``(schedule, warmup_steps)`` of an optimizer factory: its own (:class:`ScheduledFactory`), else a constant
+    rate without warm-up."""
+    if isinstance(factory, ScheduledFactory):
+        return factory.schedule, factory.warmup_steps
+    return None, 0
+
+
+@runtime_checkable
+class PerturbingOptimizer(Protocol):
+    """An optimiser whose step is taken at perturbed parameters: the loss and its gradient are computed inside
+    ``sampled_params(train=True)``, which moves the parameters to a draw around their mean and, on leaving, restores
+    the mean and keeps the gradient at the draw (IVON, Shen et al. 2024: ``ivon.IVON``); the training loop
+    (:meth:`~pyrobnn.infer.svi.Run.epoch`) then steps it."""
+
+    def sampled_params(self, train: bool = False):
+        """A context manager: the parameters at a draw inside, at their mean after."""
 
 OPTIMIZERS: dict[str, tuple[type, dict]] = {
     "adam": (torch.optim.Adam, {}),

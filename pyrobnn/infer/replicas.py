@@ -32,7 +32,7 @@ import torch
 from pyrobnn.device import resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers.node_draws import check_components
-from pyrobnn.infer.optim import Optim, make_scheduler
+from pyrobnn.infer.optim import Optim, make_scheduler, schedule_of
 from pyrobnn.infer.recording import check_mode
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.step import ExecutorFailed, Step, objective, settle, tensors
@@ -122,7 +122,7 @@ def fit_replicas(
         position = {id(t): i for i, t in enumerate(replicas[0])}
         for group in optim.param_groups:  # the optimiser's settings, applied to the stacked parameters
             group["params"] = [stacked[position[id(p)]] for p in group["params"]]
-        scheduler = make_scheduler(optim, getattr(optimizer, "schedule", None))
+        scheduler = make_scheduler(optim, schedule_of(optimizer)[0])
         step = Step(model, guide, elbo, compile, steps=epochs * math.ceil(x.shape[0] / batch_size), device=device,
                     stacked=stacked)
         run = Run(model, guide, optim, scheduler, History())

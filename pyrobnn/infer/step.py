@@ -37,12 +37,12 @@ from pyrobnn.checks import nonnegative
 from pyrobnn.guides.base import direct_parameters
 from pyrobnn.handlers import kl_annealing
 from pyrobnn.handlers.particles import ParticlesUnsupported
-from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO
+from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO, Objective
 from pyrobnn.infer.optim import trained_parameters
 from pyrobnn.infer.recording import check_mode, first_line, is_convolutional, record, replay, resolve, simpler
 
-__all__ = ["Step", "svi_step", "update", "loss_terms", "objective", "settle", "tensors", "ExecutorFailed",
-           "MAX_GRAPHS"]
+__all__ = ["Step", "svi_step", "update", "set_gradients", "optimizer_step", "loss_terms", "objective", "settle",
+           "tensors", "ExecutorFailed", "MAX_GRAPHS"]
 
 MAX_GRAPHS = 8
 """Recordings one step keeps (one per batch shape, training mode and parameter storage), then eagerly."""
@@ -57,9 +57,9 @@ def objective(elbo=None) -> MeanFieldELBO:
     step, under the estimator handler: MC dropout and mixture-node guides draw per example)."""
     if elbo is None:
         return MeanFieldELBO(estimator="sample")
-    if not hasattr(elbo, "terms"):
-        raise TypeError(f"elbo must be a pyrobnn MeanFieldELBO (it reports its loss, NLL and KL), got "
-                        f"{type(elbo).__name__}")
+    if not isinstance(elbo, Objective):
+        raise TypeError(f"elbo must be a pyrobnn Objective such as MeanFieldELBO (it reports its loss, NLL and KL), "
+                        f"got {type(elbo).__name__}")
     return elbo
 
 
@@ -74,18 +74,32 @@ def loss_terms(model, guide, x, y, elbo, beta) -> ELBOTerms:
 def update(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> None:
     """``optim`` steps on ``loss``'s gradient, unless the loss is not finite; ``gradients``
     (``[(parameter, gradient), ...]``, from a recorded step) are that gradient, already computed (parameters not
-    listed get none). A fused optimiser (as :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told so on the
-    device (``found_inf``, as ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation;
-    another reads the loss."""
+    listed get none): :func:`set_gradients`, then :func:`optimizer_step`."""
+    if set_gradients(optim, loss, gradients):
+        optimizer_step(optim, loss)
+
+
+def set_gradients(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> bool:
+    """The parameters' ``.grad``: ``loss``'s gradient, or ``gradients`` (``[(parameter, gradient), ...]``) where a
+    recorded step computed it. False (nothing set) for a loss that is not finite, which an optimiser that is not
+    fused does not step on."""
     fused = getattr(optim, "_step_supports_amp_scaling", False)
     if not fused and not torch.isfinite(loss).all():
-        return
+        return False
     optim.zero_grad(set_to_none=True)
     if gradients is None:
         loss.backward()
     else:
         for parameter, gradient in gradients:  # a fused optimiser reads a gradient as laid out like its parameter
             parameter.grad = gradient if gradient.stride() == parameter.stride() else gradient.contiguous()
+    return True
+
+
+def optimizer_step(optim: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """``optim.step()`` on the gradients :func:`set_gradients` set. A fused optimiser (as
+    :func:`~pyrobnn.infer.optim.make_optimizer` makes) is told whether the loss was finite on the device
+    (``found_inf``, as ``torch.amp.GradScaler`` does), so the step costs no device-to-host synchronisation."""
+    fused = getattr(optim, "_step_supports_amp_scaling", False)
     if not fused:
         optim.step()
         return

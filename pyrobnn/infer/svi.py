@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import pyro
 import torch
@@ -37,20 +37,32 @@ from pyrobnn.checks import check_labels, nonnegative, nonnegative_int, positive_
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers.node_draws import check_components
-from pyrobnn.infer.optim import Optim, make_scheduler, per_example_rate
+from pyrobnn.infer.optim import Optim, PerturbingOptimizer, make_scheduler, per_example_rate, schedule_of
 from pyrobnn.infer.predict import PROTOTYPE_ROWS, predictive_outputs
 from pyrobnn.infer.recording import check_mode
 from pyrobnn.infer.schedules import Constant
-from pyrobnn.infer.step import Step, objective, svi_step, update
+from pyrobnn.infer.step import Step, objective, optimizer_step, set_gradients, svi_step, update
 from pyrobnn.model.protocol import network_model
 
-__all__ = ["fit", "svi_step", "Checkpoint", "TrainingDiverged", "History", "Histories", "Callback", "train_epochs",
-           "check_data", "checked_fit_options", "built_optimizer", "prepared_for_training", "Run"]
+__all__ = ["fit", "svi_step", "Checkpoint", "TrainingDiverged", "History", "Histories", "Callback", "ModelCallback",
+           "train_epochs", "check_data", "checked_fit_options", "built_optimizer", "prepared_for_training", "Run"]
 
-Callback = Callable[[int, dict], None]
-"""Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
-:func:`pyrobnn.analysis.prune.record_sparsity`). A callback with a ``setup(model, guide)`` method (e.g.
-:class:`pyrobnn.analysis.evaluate.Validation`) has it called once before the first epoch."""
+@runtime_checkable
+class Callback(Protocol):
+    """Called after each epoch with ``(epoch, record)``; it may add entries to the record (e.g.
+    :func:`pyrobnn.analysis.prune.record_sparsity`). Any function of ``(epoch, record)`` is one."""
+
+    def __call__(self, epoch: int, record: dict) -> None:
+        """After epoch ``epoch`` (from 0), with its ``record``."""
+
+
+@runtime_checkable
+class ModelCallback(Callback, Protocol):
+    """A :class:`Callback` that reads the model and guide being trained (:class:`pyrobnn.analysis.evaluate.Validation`):
+    :func:`fit` calls its ``setup(model, guide)`` once, before the first epoch."""
+
+    def setup(self, model, guide) -> None:
+        """Bind the model and guide being trained (and check what the callback reads against them)."""
 
 
 class TrainingDiverged(FloatingPointError):
@@ -181,7 +193,7 @@ def built_optimizer(optimizer, model, guide) -> tuple[torch.optim.Optimizer, int
     optim = optimizer(model, guide)
     if not isinstance(optim, torch.optim.Optimizer):
         raise TypeError(f"optimizer(model, guide) must return a torch.optim.Optimizer, got {type(optim).__name__}")
-    return optim, nonnegative_int("warmup_steps of the optimizer", getattr(optimizer, "warmup_steps", 0))
+    return optim, nonnegative_int("warmup_steps of the optimizer", schedule_of(optimizer)[1])
 
 
 def epoch_batches(rows: int, batch_size: int, seed: int, epoch: int) -> tuple[torch.Tensor, ...]:
@@ -312,12 +324,12 @@ def fit(
     model = prepared_for_training(model, guide, x, y, device, transform)
     check_data(model, guide, x, y, "training data", transform)
     for callback in callbacks:  # callbacks that read the model (validation) get it once, before training
-        if hasattr(callback, "setup"):
+        if isinstance(callback, ModelCallback):
             callback.setup(model, guide)
     model.num_data = x.shape[0] if num_data is None else num_data
 
     optim, warmup_steps = built_optimizer(optimizer, model, guide)
-    scheduler = make_scheduler(optim, getattr(optimizer, "schedule", None))
+    scheduler = make_scheduler(optim, schedule_of(optimizer)[0])
     steps = math.ceil(x.shape[0] / batch_size)
     step = Step(model, guide, elbo, compile, steps=epochs * steps, device=device)
     run = Run(model, guide, optim, scheduler, History())  # train_epochs records the executor that ran
@@ -414,8 +426,15 @@ class Run:
             b = beta(epoch, i, steps)
             if warming:  # optimiser steps before this one: epoch * steps + i
                 warm_up(self.optim, rates, (epoch * steps + i + 1) / warmup_steps)
-            terms, gradients = step(xb, yb, b)
-            update(self.optim, terms.loss.sum(), gradients)
+            if isinstance(self.optim, PerturbingOptimizer):  # the loss and its gradient at a draw (IVON)
+                with self.optim.sampled_params(train=True):
+                    terms, gradients = step(xb, yb, b)
+                    stepping = set_gradients(self.optim, terms.loss.sum(), gradients)
+                if stepping:
+                    optimizer_step(self.optim, terms.loss.sum())
+            else:
+                terms, gradients = step(xb, yb, b)
+                update(self.optim, terms.loss.sum(), gradients)
             # one device-to-host copy per step for the logged terms
             values = torch.stack([terms.loss.detach(), terms.nll, torch.as_tensor(terms.kl).to(terms.nll)]
                                  ).double().cpu().reshape(3, -1)

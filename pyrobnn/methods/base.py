@@ -92,6 +92,10 @@ class Method(ABC):
     run_name: ClassVar[str] = "run"
     """What one of several runs is called (``ensemble member``, ``SWAG``, ``chain``)."""
 
+    takes_optimizer: ClassVar[bool] = True
+    """Whether :attr:`optimizer` sets how the method trains; False for a method that is its own optimiser, whose
+    rates are fields of its own (IVON)."""
+
     def __post_init__(self):
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
@@ -109,7 +113,7 @@ class Method(ABC):
         return self.optimizer if self.optimizer is not None else Optim(lr=learning_rate(self.prior))
 
     @property
-    def lr(self) -> float:
+    def learning_rate(self) -> float:
         """The per-example learning rate the method trains with."""
         optimizer = self.optimizer if self.optimizer is not None else Optim(lr=learning_rate(self.prior))
         return optimizer.lr

@@ -162,7 +162,7 @@ class SGMCMC(Method):
             run = {k: v for k, v in run.items() if k not in ("checkpoint", "on_epoch_end", "progress")}
         options = self.fit_options(epochs, precision)
         del options["optimizer"]  # the sampler is the optimiser
-        result = fit_sgmcmc(model, guide, x, y, lr=self.lr, **self.settings(), chains=self.chains,
+        result = fit_sgmcmc(model, guide, x, y, lr=self.learning_rate, **self.settings(), chains=self.chains,
                             make_chain=make_member, epochs=epochs, seed=seed, **options, **run)
         return EmpiricalPosterior(result, report={"sampler": self.sampler, **result.report()})
 
@@ -171,7 +171,7 @@ class SGMCMC(Method):
         return self.chains
 
     def collector(self, rows, epochs, optimizer):
-        return Recorded(Sampler(self.lr, epochs=epochs, steps_per_epoch=math.ceil(rows / self.batch_size),
+        return Recorded(Sampler(self.learning_rate, epochs=epochs, steps_per_epoch=math.ceil(rows / self.batch_size),
                                 **self.settings()))
 
     def stacked_posterior(self, pairs, rows, collected, x, seed, transform=None) -> Posterior:

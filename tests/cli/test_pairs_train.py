@@ -68,5 +68,5 @@ def test_each_pair_trains_above_chance_at_its_defaults(guide, prior, data_root, 
 def test_the_learning_rate_defaults_by_prior_and_a_named_one_wins(args, rate):
     """Sparse VD (the log-uniform prior) defaults to 3e-3: at 1e-3 its 3-epoch MNIST run stopped at 96.4 %."""
     cfg = _parse(["train", *args])
-    assert method_of(cfg).lr == rate
+    assert method_of(cfg).learning_rate == rate
     assert cfg.optim.lr == (None if "--lr" not in args else rate)
