@@ -63,13 +63,13 @@ class Joint(Protocol):
     :class:`~pyrobnn.MeanFieldELBO` read of it through its per-site factors (:class:`JointFactor`)."""
 
     def variance(self, index: int) -> torch.Tensor:
-        """:math:`\sigma^2` of site ``index``, computed once for all sites."""
+        r""":math:`\sigma^2` of site ``index``, computed once for all sites."""
 
     def prior_key(self, prior) -> tuple | None:
         """A key equal for the priors that put the same law on every weight (those :meth:`kl` covers at once)."""
 
     def kl(self, prior, values: dict) -> torch.Tensor | None:
-        """:math:`\mathrm{KL}(q\|p)` summed over all sites in one computation (None when it cannot be one)."""
+        r""":math:`\mathrm{KL}(q\|p)` summed over all sites in one computation (None when it cannot be one)."""
 
 
 @runtime_checkable

@@ -243,7 +243,7 @@ class Calibrator:
 
 
 def _fit_temperature(mixture: Mixture, y: torch.Tensor) -> float:
-    """The temperature of least NLL of ``mixture`` against ``y`` within :data:`TEMPERATURE_BOUNDS`: the best of a
+    r"""The temperature of least NLL of ``mixture`` against ``y`` within :data:`TEMPERATURE_BOUNDS`: the best of a
     log grid that holds 1, refined by Brent's bounded method between its neighbours; for one Gaussian, its closed
     form :math:`T^2 = \overline{z^2}`."""
     from scipy.optimize import minimize_scalar

@@ -160,9 +160,9 @@ class Method(ABC):
             seed: int = 0, include=None, progress: bool = False, **run) -> Posterior:
         """Build and train: :meth:`build` on ``network`` (seeded by ``seed``), then :meth:`train`.
 
-        :param network: an ``nn.Module`` (or a model), or a function that builds a fresh one. Runs after the first
-            (an ensemble's members) are built from a function as given, or else from a copy of the network whose
-            layers are initialised anew (``reset_parameters``).
+        :param network: an ``nn.Module`` (or a model), or a function that builds a fresh one (:func:`member_builder`):
+            with a function, ``seed`` fixes the initial weights too; a module keeps the weights it has (a pre-trained
+            network), and runs after the first (an ensemble's members) are copies initialised anew.
         :param likelihood: the observation model (default :class:`~pyrobnn.model.likelihoods.Categorical`).
         :param include: which parameters are Bayesian (:func:`~pyrobnn.model.conversion.bayesian`).
         :param run: :meth:`train`'s run options.
@@ -230,23 +230,20 @@ def is_model(network) -> bool:
 
 
 def member_builder(network: NetworkSource) -> Callable[[int], nn.Module]:
-    """``m -> network``: run 0 gets ``network`` itself (or the first network a function builds); run m >= 1 a fresh
-    one, built by the function, or a copy of ``network`` with every layer that has ``reset_parameters`` initialised
-    anew (from torch's RNG, which the caller seeds)."""
+    """``m -> network``: a function builds every run's network (after the caller seeds torch's RNG, so the seed
+    fixes each initialisation); a module is run 0's as it is (its weights as they are: a pre-trained network keeps
+    them) and, for run m >= 1, a copy of it with every layer that has ``reset_parameters`` initialised anew."""
     if not isinstance(network, nn.Module):
         if not callable(network):
             raise TypeError(f"network must be an nn.Module or a function that builds one, got {network!r}")
-        first = network()
+        return lambda m: network()
 
-        def built(m: int) -> nn.Module:
-            return first if m == 0 else network()
-
-        return built
+    template = copy.deepcopy(network)  # before run 0's model converts the network in place
 
     def copied(m: int) -> nn.Module:
         if m == 0:
             return network
-        fresh = copy.deepcopy(network)
+        fresh = copy.deepcopy(template)
         for module in fresh.modules():
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()

@@ -123,9 +123,11 @@ class VariationalPosterior(Posterior):
         return {name: torch.stack([trace.nodes[name]["value"].detach() for trace in traces]) for name in names}
 
     def save(self, path: str | Path, **metadata) -> None:
-        """The model's and the guide's state (``model``, ``guide``), the method's report and ``metadata``."""
-        save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(),
-                               "guide": self.guide.state_dict(), "report": self.report, **metadata})
+        """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, the method's report
+        and ``metadata``."""
+        save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(), "epoch": None,
+                               "guide": self.guide.state_dict(), "report": self.report, "moments": self.moments,
+                               **metadata})
 
 
 @dataclass
@@ -155,8 +157,11 @@ class EmpiricalPosterior(Posterior):
 
     def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
         """``num_samples`` of the draws ``{site: (S, ...)}``, evenly spaced over all of them (all of them, in order,
-        by default; ``seed`` is unused: the draws are fixed)."""
-        return self.guide.thinned(self._samples(num_samples)).draws()
+        by default; a site held at one value, as Laplace holds all but the last layer, repeats it; ``seed`` is
+        unused: the draws are fixed)."""
+        count = self._samples(num_samples)
+        return {name: value.expand(count, *value.shape[1:]) if len(value) == 1 else value
+                for name, value in self.guide.thinned(count).draws().items()}
 
     def save(self, path: str | Path, **metadata) -> None:
         """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind."""
@@ -183,4 +188,4 @@ def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module
         raise ValueError(f"{path} does not fit the model and guide (another network or sizes?): "
                          f"{one_line(error)[:300]}") from None
     return VariationalPosterior(model, guide, **({} if num_samples is None else {"num_samples": num_samples}),
-                                report=dict(state.get("report") or {}))
+                                moments=bool(state.get("moments", False)), report=dict(state.get("report") or {}))

@@ -230,12 +230,14 @@ trains with another optimiser (SWAG's SGD) keeps its own rates (:func:`_without_
 
 
 def _without_other_optimizers_rates(base: typing.Sequence[str], method) -> list[str]:
-    """``base`` without :data:`OPTIMIZER_RATES` when ``method`` trains with another optimiser than the base's: a study
-    whose base sets Adam's ``--lr 0.01`` for MC dropout and BBB trains SWAG's SGD at SWAG's own rate, not at a rate
-    chosen for Adam (the cell's replay command shows what it ran)."""
+    """``base`` without :data:`OPTIMIZER_RATES` when ``method`` trains with another optimiser than the base's (one it
+    names: SWAG's SGD; or its own: IVON): a study whose base sets Adam's ``--lr 0.01`` for MC dropout and BBB trains
+    SWAG's SGD and IVON at their own rates, not at a rate chosen for Adam (the cell's replay command shows what it
+    ran)."""
     named = [tokens[1] for flag, tokens in split_options(base) if flag == "--optimizer" and len(tokens) > 1]
-    own = getattr(method, "optimizer", None)
-    if own is None or getattr(own, "name", None) == (named[-1] if named else _defaults("train")["--optimizer"]):
+    base_optimizer = named[-1] if named else _defaults("train")["--optimizer"]
+    own = method.optimizer
+    if method.takes_optimizer and (own is None or own.name == base_optimizer):
         return list(base)
     return [token for flag, tokens in split_options(base) if flag not in OPTIMIZER_RATES for token in tokens]
 
