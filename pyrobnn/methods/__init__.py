@@ -6,13 +6,14 @@ predicts, evaluates, draws, saves and loads.
     posterior.evaluate(x_test, y_test)
 
 :mod:`~pyrobnn.methods.base` (the :class:`Method` contract and SVI), :mod:`~pyrobnn.methods.posthoc` (ensembles,
-Laplace, SWAG, SG-MCMC), :mod:`~pyrobnn.methods.nuts`, :mod:`~pyrobnn.methods.posterior` (the :class:`Posterior`
-protocol), :mod:`~pyrobnn.methods.rules` (the papers' rules that depend on the run) and
-:mod:`~pyrobnn.methods.registry` (every method by name).
+Laplace, SWAG, SG-MCMC), :mod:`~pyrobnn.methods.nuts`, :mod:`~pyrobnn.methods.ivon`,
+:mod:`~pyrobnn.methods.posterior` (the :class:`Posterior` protocol), :mod:`~pyrobnn.methods.rules` (the papers'
+rules that depend on the run) and :mod:`~pyrobnn.methods.registry` (every method by name).
 """
 
 from pyrobnn.infer.draws import Draws
 from pyrobnn.methods.base import Method, Variational
+from pyrobnn.methods.ivon import IVON
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior, VariationalPosterior, load_posterior
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
@@ -22,6 +23,6 @@ DRAWS_KINDS = Draws.KINDS
 """Every kind of ``draws.pt`` (an empirical posterior ``{site: (runs, draws, ...)}``) -> what it holds: the kinds of
 the methods' posteriors (``ensemble``, ``laplace``, ``swag``, ``sgmcmc``, ``mcmc``, ...)."""
 
-__all__ = ["Method", "Variational", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "Posterior",
+__all__ = ["Method", "Variational", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "Posterior",
            "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "METHODS", "FAMILIES", "METHOD_NAMES",
            "resolve_method", "DRAWS_KINDS"]

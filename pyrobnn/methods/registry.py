@@ -25,6 +25,7 @@ from pyrobnn.guides import (
 from pyrobnn.infer.optim import Optim, StepDecay
 from pyrobnn.infer.schedules import Constant, Geometric
 from pyrobnn.methods.base import Method, Variational
+from pyrobnn.methods.ivon import IVON
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.model.priors import GaussianPrior, LogUniformPrior, NodePrior, ScaleMixturePrior
@@ -136,6 +137,10 @@ METHODS: dict[str, Method] = {
     "csghmc": _sgmcmc("csghmc", 0.5, "Zhang et al. 2020, cyclical SG-MCMC (cSGHMC) as their CIFAR-10 code runs it: 4 "
                                      "cosine cycles from a step of 0.5 per example, friction 0.9, noise in the last "
                                      "10 % of each cycle and a draw at the end of each of its epochs"),
+    "ivon": IVON(**{**MAP_SETTINGS, "beta": Constant(0.0), "num_samples": 64},
+                 paper="Shen et al. 2024, Variational Learning is Effective for Large Deep Networks: IVON, the "
+                       "authors' optimiser (ivon-opt) at their defaults (lr 0.1, ess = N, h0 0.1, beta2 0.99999, "
+                       "weight decay 1e-4), its Gaussian posterior as 64 draws"),
 }
 """Every method by name, with its paper's settings."""
 

@@ -1,0 +1,184 @@
+r"""IVON (Shen et al., ICML 2024, "Variational Learning is Effective for Large Deep Networks"): variational learning
+of a diagonal Gaussian :math:`q(w) = \mathcal N(m, \operatorname{diag}(\sigma^2))` by an optimiser at about Adam's
+cost, the Improved Variational Online Newton.
+
+Each step draws :math:`w = m + \sigma \odot \epsilon`, :math:`\sigma^2 = 1/(\lambda (h + \delta))`, takes the mean
+loss's gradient there, :math:`\hat g = \nabla \bar\ell(w)`, and its reparameterisation-trick Hessian estimate
+:math:`\hat h = \hat g \odot (w - m) / \sigma^2`, and updates (their Algorithm 1)
+
+.. math:: g \leftarrow \beta_1 g + (1 - \beta_1)\hat g, \qquad
+          h \leftarrow \beta_2 h + (1 - \beta_2)\hat h + \tfrac12 (1 - \beta_2)^2 \frac{(h - \hat h)^2}{h + \delta},
+          \qquad m \leftarrow m - \alpha\, \frac{g / (1 - \beta_1^t) + \delta m}{h + \delta},
+
+with λ the effective sample size (the training-set size N: the posterior of the data; larger: a colder one), δ the
+weight decay (the prior :math:`\mathcal N(0, 1/(\lambda\delta))`), :math:`h_0` the initial Hessian and α the learning
+rate (scaled by :math:`h_0 + \delta`, the authors' ``rescale_lr``). The paper's advice (their Appendix A), which the
+defaults follow: λ = N, a small :math:`h_0` (the initial σ is :math:`1/\sqrt{\lambda(h_0 + \delta)}`), β₂ very close
+to 1 (0.99999), β₁ = 0.9, a learning rate larger than Adam's (0.1 in their MNIST and README examples), one draw per
+step, and the weight decay of SGD (1e-4).
+
+The update is the authors' optimiser (``ivon-opt``, ``ivon.IVON``), stepped by :func:`~pyrobnn.infer.svi.fit` around
+its draw (:class:`~pyrobnn.infer.optim.PerturbingOptimizer`) on the MAP model's point values
+(:class:`~pyrobnn.guides.PointGuide`) with the KL weight 0: the loss is the likelihood alone, the prior being the
+weight decay. That loss is pyrobnn's summed one, :math:`L = N\bar\ell`; :class:`IVONOptimizer` gives the authors'
+optimiser the settings on :math:`L` that make every update theirs on :math:`\bar\ell` (ess λ/N, :math:`N h_0`,
+:math:`N\delta`, α/N: the noise, the Hessian in units of :math:`L` and the step are then exactly theirs). The posterior
+is returned as ``num_samples`` draws of :math:`q` (:class:`IVONResult`, the model's Bayesian sites; its other
+trained parameters, such as BatchNorm's, at their mean), predicted as the draws' average, as the authors predict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+import torch
+
+from pyrobnn.checks import in_range, nonnegative, positive, positive_int
+from pyrobnn.guides.point import point_values
+from pyrobnn.infer.draws import Draws
+from pyrobnn.infer.iterates import Recorded, site_parameters
+from pyrobnn.infer.optim import trained_parameters
+from pyrobnn.infer.schedules import Constant
+from pyrobnn.infer.svi import fit
+from pyrobnn.methods.base import Method
+from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
+
+__all__ = ["IVON", "IVONOptimizer", "IVONResult"]
+
+
+@dataclass(frozen=True)
+class IVONOptimizer:
+    """Optimizer factory ``(model, guide) -> ivon.IVON`` over every parameter training changes, in the authors' units
+    (for the mean loss) translated to pyrobnn's summed loss of N = ``model.num_data`` examples (the module
+    docstring). ``ess`` None: N."""
+
+    lr: float = 0.1
+    ess: Optional[float] = None
+    hess_init: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99999
+    weight_decay: float = 1e-4
+    clip_radius: float = float("inf")
+
+    def __post_init__(self):
+        positive("lr (IVON's learning rate)", self.lr)
+        if self.ess is not None:
+            positive("ess (IVON's effective sample size)", self.ess)
+        positive("hess_init (IVON's initial Hessian)", self.hess_init)
+        in_range("beta1", self.beta1, 0, 1, "[)")
+        in_range("beta2", self.beta2, 0, 1, "[]")
+        nonnegative("weight_decay", self.weight_decay)
+        if not self.clip_radius > 0:
+            raise ValueError(f"clip_radius must be > 0 (inf: no clipping), got {self.clip_radius!r}")
+
+    def __call__(self, model, guide):
+        try:
+            import ivon
+        except ImportError:
+            raise ImportError("IVON needs the authors' optimiser: pip install 'pyrobnn[ivon]' (ivon-opt)") from None
+        n = positive_int("the model's num_data (N: fit sets it)", getattr(model, "num_data", None))
+        ess = float(n) if self.ess is None else self.ess
+        optimizer = ivon.IVON(trained_parameters(model, guide), lr=self.lr / n, ess=ess / n,
+                              hess_init=self.hess_init * n, beta1=self.beta1, beta2=self.beta2,
+                              weight_decay=self.weight_decay * n, clip_radius=self.clip_radius)
+        for group in optimizer.param_groups:
+            group["rate_scale"] = float(n)  # the per-example rate it stands for (per_example_rate: the logs)
+        return optimizer
+
+
+@dataclass
+class IVONResult(Draws):
+    """``num_samples`` draws ``{site: (1, S, ...)}`` of IVON's Gaussian over the model's Bayesian sites, the network
+    they are replayed in, the training history, and the Gaussian's mean and standard deviation per site."""
+
+    mean: dict[str, torch.Tensor] = field(default_factory=dict)
+    std: dict[str, torch.Tensor] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    kind: ClassVar[str] = "ivon"
+    description: ClassVar[str] = "IVON draws written by `pyrobnn train --method ivon`"
+
+    @classmethod
+    def of(cls, model, guide, optimizer, num_samples: int, seed: int, histories=(), settings=None) -> "IVONResult":
+        r"""``num_samples`` draws of the Gaussian ``optimizer`` (an ``ivon.IVON``) holds over ``guide``'s point values,
+        :math:`\sigma = 1/\sqrt{\lambda(h + \delta)}`, drawn with a generator seeded by ``seed``."""
+        sites = site_parameters(guide, "IVON")
+        flat = [p for group in optimizer.param_groups for p in group["params"]]
+        scales = torch.cat([1.0 / (group["ess"] * (group["hess"] + group["weight_decay"])).sqrt()
+                            for group in optimizer.param_groups])
+        offsets, offset = {}, 0
+        for p in flat:
+            offsets[id(p)], offset = (offset, p.numel()), offset + p.numel()
+        mean, std, draws = {}, {}, {}
+        generator = torch.Generator(scales.device).manual_seed(seed)
+        for name, parameter in sites.items():
+            start, size = offsets[id(parameter)]
+            mean[name] = parameter.detach().clone()
+            std[name] = scales[start:start + size].reshape(parameter.shape).clone()
+            noise = torch.randn((num_samples, *parameter.shape), generator=generator, device=scales.device)
+            draws[name] = (mean[name] + std[name] * noise.to(mean[name])).unsqueeze(0)
+        return cls(model, draws, list(histories), mean=mean, std=std, settings=dict(settings or {}))
+
+    def report(self) -> dict:
+        """The settings, the draws, and the Gaussian's standard deviation: its mean and largest over the weights."""
+        stds = torch.cat([value.flatten() for value in self.std.values()])
+        return {**self.settings, "draws": len(self), "std_mean": float(stds.mean()), "std_max": float(stds.max())}
+
+    def summary(self) -> str:
+        report = self.report()
+        return (f"{len(self)} draws of the Gaussian IVON learned (standard deviation {report['std_mean']:.3g} on "
+                f"average, at most {report['std_max']:.3g})")
+
+
+@dataclass(frozen=True)
+class IVON(Method):
+    """IVON as a method (the module docstring): the authors' optimiser on the MAP model's point values with the KL
+    weight 0, its posterior ``num_samples`` draws of the Gaussian it learned. ``lr``, ``weight_decay`` (δ, the prior
+    N(0, 1/(λδ))), ``ess`` (λ, None: the training-set size), ``hess_init`` (h0), ``beta1`` and ``beta2`` are the
+    paper's; IVON is its own optimiser (no ``optimizer``)."""
+
+    beta: Optional[Constant] = Constant(0.0)
+    num_samples: int = 64
+    lr: float = 0.1
+    weight_decay: float = 1e-4
+    ess: Optional[float] = None
+    hess_init: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99999
+
+    takes_optimizer: ClassVar[bool] = False
+    restarts: ClassVar[str] = "IVON keeps its step count (which its momentum's bias correction reads)"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.optimizer is not None:
+            raise ValueError("IVON is its own optimiser: set its lr and weight_decay, not optimizer")
+        if self.beta != Constant(0.0):
+            raise ValueError(f"IVON trains on the likelihood alone, its prior being the weight decay: beta must be "
+                             f"Constant(0.0), got {self.beta!r}")
+        self.optimizer_factory(1)  # its settings, checked
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr
+
+    def optimizer_factory(self, epochs: int) -> IVONOptimizer:
+        return IVONOptimizer(self.lr, self.ess, self.hess_init, self.beta1, self.beta2, self.weight_decay)
+
+    def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
+              **run) -> Posterior:
+        point_values(guide)  # a point-estimate guide: its values are IVON's mean, before anything is trained
+        options = self.fit_options(epochs, precision)
+        options["optimizer"] = made = Recorded(options["optimizer"])
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **options, **run)
+        settings = {"lr": self.lr, "ess": float(model.num_data) if self.ess is None else self.ess,
+                    "hess_init": self.hess_init, "weight_decay": self.weight_decay, "beta2": self.beta2}
+        return EmpiricalPosterior(IVONResult.of(model, guide, made.made[-1], self.num_samples, seed, [history],
+                                                settings))
+
+    def train_stacked(self, pairs, x, y, *, epochs=10, seed=0, precision="fp32", transform=None,
+                      **run) -> list[Posterior]:
+        """Each pair trained alone (the authors' optimiser holds one network's parameters, not a stack)."""
+        return [self.train(model, guide, x, y, epochs=epochs, seed=seed, precision=precision, progress=False, **run)
+                for model, guide in pairs]
