@@ -1,6 +1,6 @@
-"""IVON through the new door: pyrobnn's IVON is the authors' optimiser (ivon-opt) step for step, on the mean loss of
-their README's training loop, its posterior's standard deviation is theirs, and its name works on the command line
-and in studies."""
+"""IVON through the new door: pyrobnn's IVON optimiser (written in place) takes the authors' steps (ivon-opt's
+``ivon.IVON`` in their README's training loop on the mean loss) step for step, its posterior's standard deviation is
+theirs, and its name works on the command line and in studies."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pyrobnn import BayesianNetwork, PointGuide
+from pyrobnn.infer.ivon import IVONOptimizer
 from pyrobnn.methods import IVON, METHODS
 from pyrobnn.methods.ivon import IVONResult
 from pyrobnn.model import Gaussian
@@ -60,7 +61,9 @@ def test_ivon_is_the_authors_optimizer_on_the_mean_loss_step_for_step():
     ours = [p.detach() for p in guide.parameters()]
     torch.testing.assert_close(ours[0], linear.weight.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ours[1], linear.bias.detach(), rtol=1e-5, atol=1e-6)
-    result = IVONResult.of(model, guide, factory.made[-1], 4, seed=0)
+    ours_optimizer = factory.made[-1]
+    assert isinstance(ours_optimizer, IVONOptimizer) and not isinstance(ours_optimizer, ivon.IVON)
+    result = IVONResult.of(model, guide, ours_optimizer, 4, seed=0)
     theirs = 1.0 / (authors.param_groups[0]["ess"] * (authors.param_groups[0]["hess"]
                                                      + authors.param_groups[0]["weight_decay"])).sqrt()
     torch.testing.assert_close(torch.cat([result.std[name].flatten() for name in result.std]), theirs, rtol=1e-5,
