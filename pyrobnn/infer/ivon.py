@@ -184,7 +184,7 @@ class IVONOptim:
 
     lr: float = 0.1
     ess: Optional[float] = None
-    hess_init: float = 0.1
+    hess_init: float = 1.0
     beta1: float = 0.9
     beta2: float = 0.99999
     weight_decay: float = 1e-4

@@ -13,9 +13,11 @@ loss's gradient there, :math:`\hat g = \nabla \bar\ell(w)`, and its reparameteri
 with λ the effective sample size (the training-set size N: the posterior of the data; larger: a colder one), δ the
 weight decay (the prior :math:`\mathcal N(0, 1/(\lambda\delta))`), :math:`h_0` the initial Hessian and α the learning
 rate (scaled by :math:`h_0 + \delta`, the authors' ``rescale_lr``). The paper's advice (their Appendix A), which the
-defaults follow: λ = N, a small :math:`h_0` (the initial σ is :math:`1/\sqrt{\lambda(h_0 + \delta)}`), β₂ very close
-to 1 (0.99999), β₁ = 0.9, a learning rate larger than Adam's (0.1 in their MNIST and README examples), one draw per
-step, and the weight decay of SGD (1e-4).
+defaults follow: λ = N, a small :math:`h_0` (the initial σ is :math:`1/\sqrt{\lambda(h_0 + \delta)}`: 1, their
+optimiser's default, gives 0.014 on 5,000 rows, where 0.1 gave 0.045, about the size of the MLP's weights, and
+underfit), β₂ very close to 1 (0.99999: h moves little in a short run, so IVON steps much as SGD with momentum
+at α, with the noise of the posterior), β₁ = 0.9, a learning rate larger than Adam's (0.1 in their README's
+example), one draw per step, and the weight decay of SGD (1e-4).
 
 The update is :class:`~pyrobnn.infer.ivon.IVONOptimizer`: the authors' (``ivon-opt``'s ``ivon.IVON``, checked step for
 step against it) written in place in buffers of its own, so that the recorded training step replays (the authors'
@@ -104,7 +106,7 @@ class IVON(Method):
     lr: float = 0.1
     weight_decay: float = 1e-4
     ess: Optional[float] = None
-    hess_init: float = 0.1
+    hess_init: float = 1.0
     beta1: float = 0.9
     beta2: float = 0.99999
 

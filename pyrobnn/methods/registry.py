@@ -139,7 +139,7 @@ METHODS: dict[str, Method] = {
                                      "10 % of each cycle and a draw at the end of each of its epochs"),
     "ivon": IVON(**{**MAP_SETTINGS, "beta": Constant(0.0), "num_samples": 64},
                  paper="Shen et al. 2024, Variational Learning is Effective for Large Deep Networks: IVON, the "
-                       "authors' optimiser (ivon-opt) at their defaults (lr 0.1, ess = N, h0 0.1, beta2 0.99999, "
+                       "authors' settings (lr 0.1, ess = N, h0 1, beta2 0.99999, "
                        "weight decay 1e-4), its Gaussian posterior as 64 draws"),
 }
 """Every method by name, with its paper's settings."""
