@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 ROOT = "pyrobnn"
 # The order a reader meets the layers in (README "Layout"), then the ground modules.
-PACKAGES = ["data", "networks", "model", "guides", "handlers", "infer", "analysis", "studies", "cli"]
+PACKAGES = ["data", "networks", "model", "guides", "handlers", "infer", "analysis", "methods", "studies", "cli"]
 GROUND = ["distributions", "checks", "files", "device", "checkpoint"]
 OUT = "generated"
 

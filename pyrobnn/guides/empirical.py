@@ -26,13 +26,13 @@ class PosteriorDraws(nn.Module):
     (:class:`~pyrobnn.handlers.particles.ParticleValues`: one batched pass of the network for P draws).
 
     ``predict`` and ``evaluate`` with ``num_samples`` = T use :meth:`thinned`: T draws evenly spaced over all S
-    (draws of several chains stored chain-major, as :meth:`~pyrobnn.infer.mcmc.MCMCResult.posterior` stores them,
+    (draws of several chains stored chain-major, as :meth:`~pyrobnn.infer.draws.Draws.guide` stores them,
     so every chain and the whole run contribute), deterministic, replayed from the first.
 
     A site given one draw, ``(1, ...)``, is held at that value in every draw: the sites a last-layer Laplace
     approximation keeps at their MAP values (:func:`pyrobnn.infer.laplace.fit_laplace`) are stored once.
 
-    :param draws: ``{site name: tensor (S, ...) or (1, ...)}`` (e.g. :meth:`MCMCResult.posterior`).
+    :param draws: ``{site name: tensor (S, ...) or (1, ...)}`` (e.g. :meth:`~pyrobnn.infer.draws.Draws.guide`).
     """
 
     num_components: int = 1
