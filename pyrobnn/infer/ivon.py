@@ -92,7 +92,7 @@ class IVONOptimizer(torch.optim.Optimizer):
 
     @contextlib.contextmanager
     def sampled_params(self, train: bool = False):
-        """Inside, every parameter holds a draw :math:`m + \sigma\odot\epsilon` (one standard normal vector per
+        r"""Inside, every parameter holds a draw :math:`m + \sigma\odot\epsilon` (one standard normal vector per
         group, as the authors draw it); on leaving, its mean again. ``train``: the draw is the one the next
         :meth:`step` learns from (its gradient is computed inside). Every buffer is the optimiser's own: a step
         allocates nothing."""

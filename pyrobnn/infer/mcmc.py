@@ -16,9 +16,10 @@ the chains with one of two samplers:
 :class:`MCMCResult`: the draws, split R-hat and bulk ESS per weight and on the predictions at a set of inputs
 (function space, where the symmetries of a network do not inflate R-hat; Sommer et al. 2024), divergences,
 step sizes, tree depths, leapfrog steps and wall time, exportable to ArviZ
-(:meth:`MCMCResult.to_inference_data`). :class:`~pyrobnn.guides.PosteriorDraws` (:meth:`~pyrobnn.infer.draws.Draws.guide`)
-is an empirical guide that replays draw i on call i, so :func:`~pyrobnn.infer.predict.predict`,
-:func:`~pyrobnn.analysis.evaluate.evaluate` and the metrics take NUTS exactly as they take a variational guide.
+(:meth:`MCMCResult.to_inference_data`). :class:`~pyrobnn.guides.PosteriorDraws`
+(:meth:`~pyrobnn.infer.draws.Draws.guide`) is an empirical guide that replays draw i on call i, so
+:func:`~pyrobnn.infer.predict.predict`, :func:`~pyrobnn.analysis.evaluate.evaluate` and the metrics take NUTS exactly as
+they take a variational guide.
 """
 
 from __future__ import annotations

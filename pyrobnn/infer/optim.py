@@ -21,7 +21,8 @@ from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_in
 
 __all__ = ["OPTIMIZERS", "Optim", "GuideRateOptim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer",
            "make_scheduler", "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters",
-           "per_example_rate", "SCALE_INVARIANT", "Schedule", "OptimizerFactory", "ScheduledFactory", "schedule_of",
+           "per_example_rate", "SCALE_INVARIANT", "Schedule", "OptimizerFactory", "ScheduledFactory", "WarmedUpFactory",
+           "schedule_of",
            "PerturbingOptimizer"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
@@ -39,19 +40,25 @@ class OptimizerFactory(Protocol):
 
 @runtime_checkable
 class ScheduledFactory(OptimizerFactory, Protocol):
-    """An optimizer factory that carries its learning-rate ``schedule`` (a multiplier per epoch, None: constant) and
-    ``warmup_steps`` (a linear ramp over the first optimiser steps, 0: none), as :class:`Optim` does."""
+    """An optimizer factory that carries its learning-rate ``schedule`` (a multiplier per epoch, or one per parameter
+    group; None: constant), as :class:`Optim` does."""
 
     schedule: Optional[Schedule]
+
+
+@runtime_checkable
+class WarmedUpFactory(OptimizerFactory, Protocol):
+    """An optimizer factory that carries ``warmup_steps``, a linear ramp of the rate over the first optimiser steps
+    (0: none), as :class:`Optim` does."""
+
     warmup_steps: int
 
 
 def schedule_of(factory: OptimizerFactory) -> tuple[Optional[Schedule], int]:
-    """``(schedule, warmup_steps)`` of an optimizer factory: its own (:class:`ScheduledFactory`), else a constant
-    rate without warm-up."""
-    if isinstance(factory, ScheduledFactory):
-        return factory.schedule, factory.warmup_steps
-    return None, 0
+    """``(schedule, warmup_steps)`` of an optimizer factory: what it carries (:class:`ScheduledFactory`,
+    :class:`WarmedUpFactory`), else a constant rate without warm-up."""
+    return (factory.schedule if isinstance(factory, ScheduledFactory) else None,
+            factory.warmup_steps if isinstance(factory, WarmedUpFactory) else 0)
 
 
 @runtime_checkable

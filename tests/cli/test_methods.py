@@ -135,7 +135,7 @@ TRAINED = [name for name, method in METHODS.items() if method.command == "train"
 LONGER = {"swag": ["--epochs", "2"], "multiswag-5": ["--epochs", "2"]}
 """What a preset needs beyond one epoch of TOY: SWAG collects two iterates (one per epoch)."""
 
-DRAWS = ("ensemble-5", "laplace", "swag", "multiswag-5", "sgld", "sghmc", "csghmc")
+DRAWS = ("ensemble-5", "laplace", "swag", "multiswag-5", "sgld", "sghmc", "csghmc", "ivon")
 """The presets whose posterior is draws (written to draws.pt)."""
 
 
