@@ -97,8 +97,10 @@ def epoch_seconds(problem: str, name: str, epochs: int, device) -> list[float]:
     return [record["seconds"] for record in history.epochs[1:]]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The options every benchmark of epochs side by side takes (``--device``, ``--epochs``, ``--repeats``,
+    ``--threads``, ``--problems``), with the threads set."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
@@ -107,24 +109,39 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    return args
+
+
+def median_epochs(args, names, epoch_seconds) -> tuple[dict, float]:
+    """``{problem: {name: median epoch seconds}}`` of ``epoch_seconds(problem, name, epochs, device)`` over
+    ``--repeats`` interleaved runs (each configuration once per repeat: the load of a shared machine falls on all
+    alike), and the run's header for the JSON; returns it and the start time."""
     device = resolve_device(args.device)
-    names = list(LR)
     tick = time.perf_counter()
-    result: dict = {"device": str(device), "threads": torch.get_num_threads(), "epochs": args.epochs,
-                    "repeats": args.repeats, "torch": torch.__version__}
+    medians = {}
     for problem in args.problems:
         times: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(args.repeats):  # interleaved: each configuration once per repeat
+        for _ in range(args.repeats):
             for name in names:
                 times[name] += epoch_seconds(problem, name, args.epochs, device)
-        median = {name: statistics.median(values) for name, values in times.items()}
+        medians[problem] = {name: statistics.median(values) for name, values in times.items()}
+        print(f"{problem}: median epoch " + ", ".join(f"{name} {1e3 * value:.1f} ms"
+                                                     for name, value in medians[problem].items()))
+    header = {"device": str(device), "threads": torch.get_num_threads(), "epochs": args.epochs,
+              "repeats": args.repeats, "torch": torch.__version__}
+    return {**header, "medians": medians}, tick
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
+    result, tick = median_epochs(args, list(LR), epoch_seconds)
+    for problem, median in result.pop("medians").items():
         ratios = {"sgld_over_map_sgd": median["sgld"] / median["map_sgd"],
                   "sghmc_over_map_sgd": median["sghmc"] / median["map_sgd"],
                   "sgld_over_map_adam": median["sgld"] / median["map_adam"],
                   "sghmc_over_map_adam": median["sghmc"] / median["map_adam"],
                   "swag_over_sgd": median["swag"] / median["map_sgd"]}
         result[problem] = {"median_epoch_s": median, "ratios": ratios}
-        print(f"{problem}: median epoch " + ", ".join(f"{name} {1e3 * value:.1f} ms" for name, value in median.items()))
         print(f"{problem}: " + ", ".join(f"{name} {value:.3f}" for name, value in ratios.items()))
     result["seconds"] = time.perf_counter() - tick
     print(json.dumps(result))

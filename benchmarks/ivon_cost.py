@@ -22,17 +22,13 @@ The last line is one JSON object with every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import time
 
 import pyro
-import torch
-from baselines_speed import PROBLEMS, data, model_and_guide
+from baselines_speed import PROBLEMS, arguments, data, median_epochs, model_and_guide
 
 from pyrobnn import fit
-from pyrobnn.device import resolve_device
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.methods import METHODS
@@ -66,30 +62,13 @@ def epoch_seconds(problem: str, name: str, epochs: int, device) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    args = arguments(__doc__.splitlines()[0])
     names = ("map_adam", "ivon", "ivon_authors")
-    tick = time.perf_counter()
-    result: dict = {"device": str(device), "threads": torch.get_num_threads(), "epochs": args.epochs,
-                    "repeats": args.repeats, "torch": torch.__version__}
-    for problem in args.problems:
-        times: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(args.repeats):  # interleaved: each configuration once per repeat
-            for name in names:
-                times[name] += epoch_seconds(problem, name, args.epochs, device)
-        median = {name: statistics.median(values) for name, values in times.items()}
+    result, tick = median_epochs(args, names, epoch_seconds)
+    for problem, median in result.pop("medians").items():
         ratios = {f"{name}_over_map_adam": median[name] / median["map_adam"] for name in names[1:]}
         result[problem] = {"median_epoch_s": median, **ratios}
-        print(f"{problem}: median epoch " + ", ".join(f"{name} {1e3 * value:.1f} ms" for name, value in median.items())
-              + "; " + ", ".join(f"{name} {value:.3f}" for name, value in ratios.items()))
+        print(f"{problem}: " + ", ".join(f"{name} {value:.3f}" for name, value in ratios.items()))
     result["seconds"] = time.perf_counter() - tick
     print(json.dumps(result))
 
