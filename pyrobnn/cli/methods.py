@@ -26,7 +26,7 @@ from pyrobnn.methods import METHOD_NAMES, SGMCMC, SWAG, Ensemble, Laplace, Metho
 from pyrobnn.methods.rules import guide_class, guide_options
 from pyrobnn.model.priors import PRIORS
 
-__all__ = ["method_args", "expand_method", "run_method", "method_of_args", "RECORDING_COMMANDS", "METHOD_NAMES",
+__all__ = ["method_args", "expand_method", "run_method", "RECORDING_COMMANDS", "METHOD_NAMES",
            "resolve_method", "KINDS", "RENAMED", "GUIDE_ARGUMENTS", "SCHEDULE_ARGUMENTS"]
 
 RECORDING_COMMANDS = ("train",)
@@ -59,7 +59,16 @@ def _name_of(registry: dict, cls: type, what: str) -> str:
 def settings_args(method: Method, flags: set[str]) -> dict[str, Any]:
     """``{flag: value}`` among ``flags`` (a command's options) of the method's prior, guide, estimator, particles,
     batch size, predictive samples, β schedule and optimiser (``None``: the option keeps its default, the rule of
-    :mod:`pyrobnn.methods.rules`); a setting away from its default without an option is a ``ValueError``."""
+    :mod:`pyrobnn.methods.rules`); a setting away from :class:`~pyrobnn.methods.Method`'s default without an option
+    in ``flags`` is a ``ValueError``."""
+    values, defaults = _settings_values(method), _settings_values(Variational())
+    missing = [flag for flag in values if flag not in flags and values[flag] != defaults.get(flag, object())]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: the method's settings have no option here")
+    return {flag: value for flag, value in values.items() if flag in flags}
+
+
+def _settings_values(method: Method) -> dict[str, Any]:
     values: dict[str, Any] = {"--prior": _name_of(PRIORS, type(method.prior), "prior")}
     for field in dataclasses.fields(method.prior):
         values[f"--prior.{field.name.replace('_', '-')}"] = getattr(method.prior, field.name)
@@ -73,12 +82,7 @@ def settings_args(method: Method, flags: set[str]) -> dict[str, Any]:
         for field in dataclasses.fields(method.beta):
             values[f"--beta.{SCHEDULE_ARGUMENTS.get(field.name, field.name)}"] = getattr(method.beta, field.name)
     values.update(_optimizer_args(method.optimizer))
-    defaults = {"--prior.loc": 0.0, "--guide": "point", "--estimator": "sample", "--num-particles": 1,
-                "--batch-size": 128}
-    missing = [flag for flag in values if flag not in flags and defaults.get(flag, object()) != values[flag]]
-    if missing:
-        raise ValueError(f"{', '.join(missing)}: the method's settings have no option here")
-    return {flag: value for flag, value in values.items() if flag in flags}
+    return values
 
 
 def _optimizer_args(optimizer) -> dict[str, Any]:
@@ -186,15 +190,6 @@ def expand_method(argv: list[str]) -> list[str]:
     return [argv[0], *method_args(name), *rest]
 
 
-def method_of_args(argv: list[str]) -> Optional[Method]:
-    """The method a cell's or a command line's ``--method NAME`` names (None: none, or an unknown name)."""
-    name = _named(argv)
-    try:
-        return resolve_method(name) if name is not None else None
-    except ValueError:
-        return None
-
-
 def _selected(cfg) -> list[type]:
     post = cfg.posterior
     return [cls for cls, on in ((SWAG, post.swag), (Ensemble, post.ensemble and not post.swag),
@@ -217,7 +212,7 @@ def run_method(cfg, settings: dict) -> Method:
     flags = cfg.flags()
     values = {field.name: flags[flag] for field in _own_fields(base)
               if (flag := _own_flag(base, field.name, set(flags))) is not None}
-    if cls is SWAG:
+    if cls is SWAG:  # --ensemble 0 (its default) is one SWAG; M > 1 is MultiSWAG
         values["members"] = max(1, values["members"])
     common = {name: value for name, value in settings.items() if name in {f.name for f in dataclasses.fields(Method)}
               and (name != "optimizer" or cls.takes_optimizer)}
