@@ -24,6 +24,7 @@ __all__ = [
     "BatchNormBase",
     "FakeTensorMode",
     "TracingContext",
+    "inductor_cache_dir",
     "inductor_compile",
     "tracing",
     "DisableTorchFunctionSubclass",
@@ -60,7 +61,22 @@ def pyro_context(module: nn.Module):
 
 def inductor_compile(graph, example_inputs: list, options: dict | None = None):
     """``torch._inductor.compile``: an fx graph of ATen operations compiled by TorchInductor, without Dynamo's
-    guards (imported when first used: the import takes seconds)."""
+    guards (imported when first used: the import takes seconds). It compiles inside a tracing context whose fake
+    mode has a shape environment, which inductor's FX graph cache needs (without one it bypasses the cache): a
+    later process compiling the same graph loads it from :func:`inductor_cache_dir` in seconds."""
     from torch._inductor import compile as compile_graph
 
-    return compile_graph(graph, example_inputs, options=options)
+    if TracingContext is None:  # another torch: no cache
+        return compile_graph(graph, example_inputs, options=options)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        return compile_graph(graph, example_inputs, options=options)
+
+
+def inductor_cache_dir() -> str:
+    """The folder of TorchInductor's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``, else a per-user folder of the
+    temporary directory), created if missing."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()

@@ -39,6 +39,7 @@ from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.prune import Prune, prune
 from pyrobnn.cli.report import error_line
 from pyrobnn.cli.train import train
+from pyrobnn.infer.recording import ExecutorFailed
 from pyrobnn.infer.svi import TrainingDiverged
 
 __all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "Command", "COMMANDS", "parse_config",
@@ -137,6 +138,9 @@ def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]
     except SamplingFailed as error:
         error_line(f"NUTS failed: {error}")
         raise SystemExit(1) from None
+    except ExecutorFailed as error:  # an explicit --compile that cannot run this model: before anything is written
+        error_line(re.sub(r"compile='(\w+)'", r"--compile \1", one_line(error)))
+        raise SystemExit(2) from None
     except (ValueError, TypeError, OSError) as error:
         error_line(str(error))
         raise SystemExit(2) from None

@@ -52,6 +52,7 @@ from pyrobnn.cli.report import (
 from pyrobnn.cli.runs import CALIBRATION_SEED, calibration_split, load_data, test_report
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
+from pyrobnn.infer.recording import ExecutorFailed
 
 __all__ = ["SamplingFailed", "mcmc", "choose_noise"]
 
@@ -80,6 +81,8 @@ def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: boo
                                   max_tree_depth=mc.max_tree_depth,
                                   sampler=api_value(mc.sampler), compile=mc.compile,
                                   progress=progress)
+    except ExecutorFailed:  # an explicit --compile that cannot run: the command line's one line (exit 2)
+        raise
     except RuntimeError as error:
         raise SamplingFailed(str(error)) from error
     finally:

@@ -32,7 +32,6 @@ from pyrobnn.cli.runs import (
 )
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
-from pyrobnn.infer.recording import is_convolutional
 from pyrobnn.infer.recording import resolve as resolve_compile
 from pyrobnn.infer.svi import Checkpoint
 from pyrobnn.methods.posterior import EmpiricalPosterior
@@ -88,7 +87,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     elif cfg.output.resume:
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)
-    executor, why = resolve_compile(cfg.optim.compile, device, steps, is_convolutional(model, guide))
+    executor, why = resolve_compile(cfg.optim.compile, device, steps)
     calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "

@@ -22,12 +22,10 @@ seed gives the same draws on the same device.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 
-from pyrobnn.checks import one_line
 from pyrobnn.infer.hmc_util import (
     DualAveraging,
     PotentialAndGrad,
@@ -41,7 +39,7 @@ from pyrobnn.infer.hmc_util import (
     kinetic_energy,
     leapfrog,
 )
-from pyrobnn.infer.recording import LADDER, check_mode, record, replay
+from pyrobnn.infer.recording import build, check_mode, record, replay
 
 __all__ = ["BatchedNUTS", "Transition", "sample_chains", "compiled"]
 
@@ -117,7 +115,8 @@ class BatchedNUTS:
         built in seconds, several times faster per leaf), ``"auto"`` (``"trace"`` until :meth:`upgrade` is
         called, then ``"inductor"``), or ``"none"`` (from Python, operation by operation: for networks whose
         forward pass branches on the values of tensors, which a trace would freeze). A graph that cannot be
-        built falls back to the next simpler way, with a warning.
+        built follows the executor policy (:func:`~pyrobnn.infer.recording.build`): under ``"auto"`` the next
+        simpler way, with a warning; an explicit mode raises :class:`~pyrobnn.infer.recording.ExecutorFailed`.
     """
 
     def __init__(self, potential_and_grad: PotentialAndGrad, *, max_tree_depth: int = 10,
@@ -161,15 +160,11 @@ class BatchedNUTS:
             self._leaf, self.leaf_compile = self._compiled(self._extend, self._example, "inductor")
 
     def _compiled(self, fn, example: tuple, compiler: str):
-        """``(graph, compiler)``: ``fn`` as a ``compiler`` graph, or, when that cannot be built, as the next simpler
-        one (``"trace"``, then ``"none"``), with a warning."""
-        for attempt in LADDER[LADDER.index(compiler):]:
-            try:
-                return compiled(fn, example, attempt), attempt
-            except (RuntimeError, TypeError, NotImplementedError, ValueError) as error:  # how a recording refuses
-                warnings.warn(f"NUTS cannot build the {attempt} graph of its leapfrog step, so it runs a slower one: "
-                              f"{one_line(error, 300)}", RuntimeWarning, stacklevel=3)
-        raise AssertionError("unreachable: compiled(fn, example, 'none') is fn")
+        """``(graph, compiler)``: ``fn`` as a ``compiler`` graph, built by the one executor policy
+        (:func:`~pyrobnn.infer.recording.build`): under ``compile="auto"`` a graph that cannot be built falls back
+        to the next simpler one (``"trace"``, then ``"none"``) with one warning; an explicit mode raises
+        :class:`~pyrobnn.infer.recording.ExecutorFailed`."""
+        return build(lambda mode: compiled(fn, example, mode), compiler, self.compile, "the NUTS leapfrog step")
 
     def _extend(self, *args):
         tree, rest = Subtree(*args[:len(Subtree._fields)]), args[len(Subtree._fields):]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -39,7 +38,7 @@ from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, posit
 from pyrobnn.infer.batched_nuts import sample_chains
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
-from pyrobnn.infer.recording import check_mode
+from pyrobnn.infer.recording import build, check_mode, fall_back
 from pyrobnn.model.protocol import network_model
 
 __all__ = ["FlatPotential", "check_prior", "MCMCResult", "sample_posterior", "run_chain", "summarise",
@@ -138,8 +137,10 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
         ``"inductor"`` (fused kernels: seconds to build, then several times faster), ``"auto"`` (``"trace"``,
         switching to inductor once the run is projected to be long enough to repay its compilation; the same seed
         still gives the same draws) or ``"none"`` (no graph: for networks that branch on tensor values). Pyro's
-        sampler records its potential under ``"trace"`` (:meth:`FlatPotential.compile`; ``"inductor"`` runs it so,
-        with a warning) and runs it from Python under ``"auto"`` and ``"none"``.
+        sampler records its potential under ``"trace"`` (:meth:`FlatPotential.compile`; it cannot run ``"inductor"``:
+        :class:`~pyrobnn.infer.recording.ExecutorFailed`) and runs it from Python under ``"auto"`` and ``"none"``.
+        An explicit mode that cannot run raises :class:`~pyrobnn.infer.recording.ExecutorFailed`; ``"auto"`` falls
+        back with one warning (:func:`~pyrobnn.infer.recording.build`).
     :param max_data: the largest training set accepted (default :data:`MAX_FULL_BATCH`): NUTS is full batch.
     :param initial: optional starting weights, flat as :class:`FlatPotential` lays them out: ``(D,)`` for every
         chain, or ``(num_chains, D)``, one row per chain.
@@ -191,11 +192,11 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
                 raise ValueError(f"sampler='batched': {error}; use sampler='pyro' (Pyro's NUTS, one pass per "
                                  "chain)") from None
     if compile == "inductor" and batched is None:  # Pyro's sampler replays a recorded potential, never a compiled one
-        warnings.warn("compile='inductor': Pyro's NUTS cannot run a compiled potential, so it runs the recorded one "
-                      "(compile='trace')", RuntimeWarning, stacklevel=2)
-        compile = "trace"
+        fall_back("inductor", compile, "Pyro's NUTS (sampler='pyro')", NotImplementedError(
+            "it replays a recorded potential (compile='trace'), never a compiled one"))
     if compile == "trace" and batched is None:
-        potential.compile()
+        build(lambda mode: potential.compile() if mode == "trace" else potential, "trace", compile,
+              "Pyro's NUTS potential")
     tick = time.perf_counter()
     if map_steps:  # one search per distinct start
         starts = chain_starts(potential, initial, num_chains, 0.0, seed)

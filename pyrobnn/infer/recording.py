@@ -1,4 +1,5 @@
-r"""Recording a computation as one graph of ATen operations, and replaying it: the executors of a step.
+r"""Recording a computation as one graph of ATen operations, replaying it, and the one policy that picks and builds
+the executor of a step.
 
 Every fast path of pyrobnn is the same two moves. :func:`record` runs a function once on example tensors under
 :func:`torch.fx.experimental.proxy_tensor.make_fx`, which follows it through Pyro's effect handlers, the estimators'
@@ -6,32 +7,47 @@ tensor subclasses, custom autograd functions and ``torch.autograd.grad`` alike, 
 reached: a graph with no Python in it. :func:`replay` then runs that graph without the Python that produced it:
 
 - ``"trace"``: a TorchScript recording of the graph, replayed without TorchScript's optimisations: the same
-  operations in the same order, random draws included, so a seed gives the eager numbers (built in milliseconds);
-- ``"inductor"``: the graph compiled by TorchInductor into fused kernels (seconds to build; then the elementwise work
-  over all weights is a few kernels), its random numbers drawn with torch's generator (``fallback_random``), so it
-  too gives the eager draws.
+  operations in the same order, random draws included, so a seed gives the eager numbers (built in milliseconds).
+  An operation whose arguments TorchScript's tracer has no type for (the list of booleans of
+  ``aten.convolution_backward`` and of the normalisations' backward passes) is called through a small scripted
+  function with that list written into it (:func:`typed`); a graph the tracer still refuses is replayed by the FX
+  graph's own generated Python, operation by operation;
+- ``"inductor"``: the graph compiled by TorchInductor into fused kernels (seconds to build on a first run, read from
+  inductor's on-disk cache on a later one; then the elementwise work over all weights is a few kernels), its random
+  numbers drawn with torch's generator (``fallback_random``), so it too gives the eager draws.
 
 One vocabulary names the executor everywhere (``fit``, ``fit_replicas``, ``svi_step``, ``sample_posterior``, the
 command line's ``--compile`` and the studies): :data:`COMPILE_MODES`, ``"auto"`` (the default) choosing by
-:func:`auto_mode`. A graph is a function of its inputs' shapes and of Python values read while recording; callers
-key their graphs on what they read (batch shape, training mode, ...).
+:func:`auto_mode` and, once a graph's costs are measured, :func:`inductor_repays`. One policy builds it
+(:func:`build`, for the SVI step and the batched NUTS alike): under ``"auto"`` an executor that cannot take a
+computation falls back to the next simpler one with one warning saying why; an explicit mode that cannot run raises
+:class:`ExecutorFailed`, whose one line names the mode and the way out. A graph is a function of its inputs' shapes
+and of Python values read while recording; callers key their graphs on what they read (batch shape, training mode,
+...).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import operator
+import os
 import warnings
-from typing import Callable
+from typing import Callable, TypeVar
 
 import pyro
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyrobnn._compat import FakeTensorMode, TracingContext, inductor_compile, tracing
+from pyrobnn._compat import FakeTensorMode, TracingContext, inductor_cache_dir, inductor_compile, tracing
 from pyrobnn.checks import choice
 
-__all__ = ["COMPILE_MODES", "LADDER", "simpler", "record", "replay", "check_mode", "auto_mode", "is_convolutional",
-           "resolve", "first_line"]
+__all__ = ["COMPILE_MODES", "LADDER", "ExecutorFailed", "simpler", "build", "fall_back", "record", "replay", "typed",
+           "check_mode", "auto_mode", "is_convolutional", "resolve", "first_line", "inductor_repays", "fingerprint",
+           "ExecutorCosts", "RECORD_STEPS_CPU"]
+
+T = TypeVar("T")
 
 COMPILE_MODES = ("auto", "none", "trace", "inductor")
 """How a step (or a NUTS leapfrog leaf) runs: ``"none"``: eagerly, from Python; ``"trace"``: recorded once and
@@ -39,24 +55,76 @@ replayed as recorded; ``"inductor"``: recorded once and compiled by TorchInducto
 and run by :func:`auto_mode`."""
 
 LADDER = ("inductor", "trace", "none")
-"""The explicit modes, each simpler than the one before. Under ``"auto"`` an executor that cannot take a computation
-falls back to the next one down (:func:`simpler`), with one warning saying why; an explicit mode that cannot run is
-an error."""
+"""The explicit modes, each simpler than the one before: what ``"auto"`` falls back along (:func:`build`)."""
+
+
+class ExecutorFailed(RuntimeError):
+    """An explicit executor (``compile="trace"`` or ``"inductor"``) cannot run a computation; the message names the
+    mode, why, and the way out (``compile="auto"`` or ``"none"``)."""
 
 
 def simpler(mode: str) -> str:
     """The executor a computation falls back to when ``mode`` cannot take it (:data:`LADDER`; ``"none"`` stays)."""
     return LADDER[min(LADDER.index(mode) + 1, len(LADDER) - 1)]
 
+
+def first_line(error: Exception) -> str:
+    """``Type: the first line of the message`` (at most 200 characters of it), for a fallback's one warning."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+
+
+def fall_back(mode: str, requested: str, what: str, error: Exception, stacklevel: int = 3) -> str:
+    """The executor policy when executor ``mode`` cannot build or run ``what`` (``"this step"``, ``"the NUTS leaf"``)
+    because of ``error``: under ``requested == "auto"``, one warning and the next simpler executor (:func:`simpler`);
+    for an explicit mode, :class:`ExecutorFailed` naming the mode and the way out."""
+    if requested != "auto":
+        raise ExecutorFailed(f"compile={mode!r} cannot run {what} ({first_line(error)}); use compile='auto' (the "
+                             "fastest executor that runs it) or compile='none' (eager)") from error
+    down = simpler(mode)
+    warnings.warn(f"compile='auto': the {mode} executor cannot take {what}, so it runs {down} ({first_line(error)})",
+                  RuntimeWarning, stacklevel=stacklevel)
+    return down
+
+
+def build(make: Callable[[str], T], mode: str, requested: str, what: str,
+          passthrough: tuple[type[BaseException], ...] = (), errors: list | None = None) -> tuple[T, str]:
+    """``(make(executor), executor)``: ``what`` built by ``mode``, or, when ``make`` raises, by the executor
+    :func:`fall_back` names (``"auto"``), down to ``"none"``, for which ``make`` must build the eager computation;
+    an explicit ``requested`` mode that cannot build raises :class:`ExecutorFailed`. Errors of ``passthrough`` types
+    are the computation's own (out of memory, a model that cannot run at all) and propagate as they are; the others
+    are appended to ``errors`` when given."""
+    while True:
+        try:
+            return make(mode), mode
+        except passthrough:
+            raise
+        except Exception as error:  # how a recording or a compiler refuses: of many types
+            if mode == "none":
+                raise
+            if errors is not None:
+                errors.append(error)
+            mode = fall_back(mode, requested, what, error, stacklevel=4)
+
+
 RECORD_STEPS_CPU = 100
 """On a CPU, ``"auto"`` runs a run of fewer steps eagerly: on the 784-400-10 MLP at batch 128 recording the step
 costs 0.26 s more set-up and replaying it saves 2.65 ms a step (12.3 against 14.95 ms), even after 99 steps
 (``benchmarks/recording_cost.py``, RESULTS.md "Fast by default")."""
 
-INDUCTOR_STEPS_CPU = 3000
-"""On a CPU, ``"auto"`` compiles with inductor a run of at least this many steps (``benchmarks/epoch.py``: inductor
-compiles a small network's step in 3-7 s on 2 cores and saves about 1 ms a step over the recorded one on the
-784-400-10 MLP), and replays the recording otherwise."""
+PROBE_STEPS = 10
+"""Under ``"auto"`` on a CPU, replays of a recorded step timed before :func:`inductor_repays` decides whether the
+rest of the run repays inductor's compilation of it."""
+
+INDUCTOR_STEP_FRACTION = 0.8
+"""Before inductor has compiled a graph, its step is estimated at this fraction of the measured recorded step: the
+median of ``benchmarks/suite.py``'s rows on the 2-core CPU (0.62-1.06 on LeNet-5, 0.74-0.85 on the MLP)."""
+
+INDUCTOR_SECONDS = (15.0, 0.05)
+"""Before inductor has compiled a graph on this machine, its compilation is estimated at ``a + b * nodes`` seconds
+(2-core CPU: 27 s for the MLP's 221 operations, 28-50 s for LeNet-5's 455, with an empty cache)."""
+
+MARGIN = 1.2
+"""``"auto"`` compiles when the projected saving exceeds the compilation by this factor (the estimates are rough)."""
 
 
 def check_mode(compile) -> str:
@@ -66,40 +134,36 @@ def check_mode(compile) -> str:
     return choice("compile", compile, COMPILE_MODES)
 
 
-def auto_mode(device: torch.device, steps: int | None = None, convolutional: bool = False) -> tuple[str, str]:
-    """The executor ``"auto"`` picks, and why, for a run of ``steps`` steps (None: not known) on ``device``, of a
-    network with (``convolutional``) or without convolutions.
+def auto_mode(device: torch.device, steps: int | None = None) -> tuple[str, str]:
+    """The executor ``"auto"`` starts with, and why, for a run of ``steps`` steps (None: not known) on ``device``.
 
-    The rule, from ``benchmarks/suite.py`` and ``benchmarks/epoch.py`` on this project's 2-core CPU (RESULTS.md,
-    "Fast by default"): the recorded step (``"trace"``) is faster than the eager one per step, but its recording
-    costs 0.3-0.5 s, repaid after about :data:`RECORD_STEPS_CPU` steps; TorchScript's tracer cannot replay a
-    convolution's gradient (``aten.convolution_backward`` takes a list of booleans it has no type for), so a
-    convolutional network runs eagerly; inductor's fused step costs seconds of compilation per batch shape, repaid
-    after :data:`INDUCTOR_STEPS_CPU` steps. On a GPU, where the recorded step replays each operation with host work
-    of its own, the compiled graph (``"inductor"``) is the fast mode."""
+    On a GPU, where the recorded step replays each operation with host work of its own, the compiled graph
+    (``"inductor"``). On a CPU (``benchmarks/suite.py``, RESULTS.md "Fast by default"): a run of fewer than
+    :data:`RECORD_STEPS_CPU` steps eagerly (the recording is not repaid); otherwise the recorded step (``"trace"``),
+    which, once :data:`PROBE_STEPS` replays are timed, moves to inductor when :func:`inductor_repays` says the rest
+    of the run repays its compilation, measured for this graph on an earlier run or estimated from its size."""
     where = device.type.upper()
     if device.type == "cuda":
         return "inductor", "CUDA: the compiled graph (kernels fused, launches few)"
-    if steps is not None and steps >= INDUCTOR_STEPS_CPU:
-        return "inductor", f"{where}: {steps} steps repay inductor's compilation"
     if steps is not None and steps < RECORD_STEPS_CPU:
         return "none", f"{where}: {steps} steps do not repay a recording"
-    if convolutional:
-        return "none", f"{where}: the recorded step cannot replay a convolution's gradient"
-    return "trace", f"{where}: the recorded step" + ("" if steps is None else f" ({steps} steps)")
+    if steps is None:
+        return "trace", f"{where}: the recorded step"
+    return "trace", f"{where}: the recorded step, compiled by inductor once measured to repay it over {steps} steps"
 
 
 def is_convolutional(*modules: torch.nn.Module) -> bool:
-    """Whether any of ``modules`` holds a convolution (:func:`auto_mode` runs it eagerly on a CPU)."""
+    """Whether any of ``modules`` holds a convolution."""
     return any(isinstance(m, torch.nn.modules.conv._ConvNd) for module in modules for m in module.modules())
 
 
-def resolve(compile: str, device: torch.device, steps: int | None = None,
-            convolutional: bool = False) -> tuple[str, str]:
-    """``(executor, why)``: ``compile`` itself when explicit, else what :func:`auto_mode` picks."""
+def resolve(compile: str, device: torch.device, steps: int | None = None) -> tuple[str, str]:
+    """``(executor, why)``: ``compile`` itself when explicit, else what :func:`auto_mode` starts with."""
     mode = check_mode(compile)
-    return auto_mode(device, steps, convolutional) if mode == "auto" else (mode, "asked for")
+    return auto_mode(device, steps) if mode == "auto" else (mode, "asked for")
 
+
+# -- recording and replaying ---------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def _quiet():
@@ -107,7 +171,7 @@ def _quiet():
     deprecations of ``torch.jit``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.filterwarnings("ignore", "`torch.jit.trace(_method)?` is deprecated", FutureWarning)
+        warnings.filterwarnings("ignore", "`torch.jit.(trace|script)(_method)?` is deprecated", FutureWarning)
         yield
 
 
@@ -132,8 +196,12 @@ def replay(graph: torch.fx.GraphModule, inputs, mode: str) -> Callable:
     """``graph`` as a callable of ``inputs``-shaped tensors, run by executor ``mode`` (``"trace"`` or
     ``"inductor"``, see the module docstring)."""
     if mode == "trace":
-        with _quiet(), torch.no_grad():
-            traced = torch.jit.trace(graph, tuple(inputs), check_trace=False)
+        replayed = typed(_pruned(graph))
+        try:
+            with _quiet(), torch.no_grad():
+                traced = torch.jit.trace(replayed, tuple(inputs), check_trace=False)
+        except RuntimeError:  # an argument the tracer has no type for, beyond those typed() writes in
+            return replayed
 
         def run(*args):
             with torch.jit.optimized_execution(False):
@@ -141,10 +209,164 @@ def replay(graph: torch.fx.GraphModule, inputs, mode: str) -> Callable:
 
         return run
     if mode == "inductor":
-        return inductor_compile(graph, list(inputs), options={"fallback_random": True})
+        with torch.enable_grad():  # under no_grad inductor loses track of the graph's shapes (KeyError: s25)
+            return inductor_compile(graph, list(inputs), options={"fallback_random": True})
     raise ValueError(f"replay: mode must be 'trace' or 'inductor', got {mode!r}")
 
 
-def first_line(error: Exception) -> str:
-    """``Type: the first line of the message`` (at most 200 characters of it), for a fallback's one warning."""
-    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+def _pruned(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``graph`` without the operations nothing reads (random draws stay: they move the generator), its
+    tensor attributes (the parameters a recording read as constants) shared with ``graph``, not copied."""
+    copy = torch.fx.Graph()
+    copy.output(copy.graph_copy(graph.graph, {}))
+    module = torch.fx.GraphModule(graph, copy)
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return module
+
+
+def _constant(value) -> str | None:
+    """``value`` written as TorchScript source, or None when it is not a plain constant (a tensor, a dtype)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)) and value:
+        parts = [_constant(v) for v in value]
+        return None if None in parts else f"[{', '.join(parts)}]"
+    return None
+
+
+def _untypeable(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls an ATen operation with a list of booleans, which TorchScript's tracer cannot type."""
+    return isinstance(node.target, torch._ops.OpOverload) and any(
+        isinstance(a, (list, tuple)) and any(isinstance(v, bool) for v in a) for a in (*node.args,
+                                                                                        *node.kwargs.values()))
+
+
+def typed(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph`` with each operation TorchScript's tracer cannot type (:func:`_untypeable`) called through a scripted
+    function that holds its constant arguments in its source and returns only the outputs the graph reads: the
+    tracer then records a call of typed TorchScript. Changed in place; returned."""
+    for index, node in enumerate(list(graph.graph.nodes)):
+        if node.op != "call_function" or not _untypeable(node):
+            continue
+        tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        rendered = [f"t{tensors.index(a)}" if isinstance(a, torch.fx.Node) else _constant(a) for a in node.args]
+        keywords = {k: _constant(v) for k, v in node.kwargs.items()}
+        if None in rendered or None in keywords.values():
+            continue  # an argument of another kind: left to the tracer (or to the Python replay)
+        rendered += [f"{k}={v}" for k, v in keywords.items()]
+        outputs = isinstance(node.meta.get("val"), (tuple, list))
+        if outputs and not all(user.target is operator.getitem for user in node.users):
+            continue
+        for user in [user for user in node.users if outputs and not user.users]:  # an output nobody reads may be
+            graph.graph.erase_node(user)  # undefined (its flag False), which the tracer cannot hold
+        used = sorted({user.args[1] for user in node.users}) if outputs else []
+        packet = node.target.overloadpacket
+        returned = f"({', '.join(f'r[{i}]' for i in used)},)" if outputs else "r"
+        source = (f"def call({', '.join(f't{i}: Tensor' for i in range(len(tensors)))}):\n"
+                  f"    r = torch.ops.{packet._qualified_op_name.replace('::', '.')}({', '.join(rendered)})\n"
+                  f"    return {returned}\n")
+        try:
+            scripted = torch.jit.CompilationUnit(source).call
+        except RuntimeError:
+            continue
+
+        def call(*args, scripted=scripted):
+            return scripted(*args)
+
+        call.__name__ = f"{packet.__name__}_typed_{index}"
+        with graph.graph.inserting_before(node):
+            new = graph.graph.call_function(call, tuple(tensors))
+        for user in list(node.users):
+            if outputs:
+                user.args = (new, used.index(user.args[1]))
+            else:
+                user.replace_input_with(node, new)
+        graph.graph.erase_node(node)
+    graph.recompile()
+    return graph
+
+
+# -- what inductor costs, measured -------------------------------------------------------------------------------
+
+def fingerprint(graph: torch.fx.GraphModule, inputs) -> str:
+    """A name of ``graph`` run on ``inputs``-shaped tensors, the same in every process for the same computation:
+    a hash of its code, of its inputs' and constants' shapes, dtypes and strides, of the device and torch's version
+    (what inductor's cache keys on, less its settings)."""
+    constants = [getattr(graph, n.target) for n in graph.graph.nodes if n.op == "get_attr"]
+    described = [(tuple(t.shape), str(t.dtype), tuple(t.stride()), t.device.type) for t in (*inputs, *constants)
+                 if torch.is_tensor(t)]
+    return hashlib.sha256(repr((graph.code, described, torch.__version__)).encode()).hexdigest()[:24]
+
+
+class ExecutorCosts:
+    """What each executor cost on a graph, measured on this machine: ``{fingerprint: {"trace_ms": ..,
+    "inductor_ms": .., "inductor_s": ..}}`` (ms a step, and seconds of inductor's compilation, the last measured),
+    a JSON file in inductor's cache folder: emptying that cache forgets them, as it forgets the compiled graphs, so
+    a compilation measured here is one a later run reads back from that cache. Unreadable or unwritable files are
+    ignored (the estimates stand in)."""
+
+    NAME = "pyrobnn_executor_costs.json"
+
+    def __init__(self, path: str | None = None):
+        self._path = path
+
+    @property
+    def path(self) -> str:
+        """The file: ``path`` when given, else :data:`NAME` in inductor's cache folder as it is now."""
+        return self._path if self._path is not None else os.path.join(inductor_cache_dir(), self.NAME)
+
+    def read(self) -> dict:
+        try:
+            with open(self.path) as file:
+                costs = json.load(file)
+        except (OSError, ValueError):
+            return {}
+        return costs if isinstance(costs, dict) else {}
+
+    def get(self, key: str) -> dict:
+        entry = self.read().get(key)
+        return entry if isinstance(entry, dict) else {}
+
+    def update(self, key: str, **figures: float) -> None:
+        """Merge ``figures`` into the entry of ``key`` (written whole, then renamed: a reader never sees half)."""
+        try:
+            costs = self.read()
+            costs[key] = {**(costs.get(key) if isinstance(costs.get(key), dict) else {}),
+                          **{k: round(float(v), 4) for k, v in figures.items()}}
+            temporary = f"{self.path}.{os.getpid()}"
+            with open(temporary, "w") as file:
+                json.dump(costs, file)
+            os.replace(temporary, self.path)
+        except OSError:
+            pass
+
+
+COSTS = ExecutorCosts()
+"""The measured costs every executor reads and writes."""
+
+
+def inductor_repays(key: str, nodes: int, trace_ms: float, steps_left: int,
+                    costs: ExecutorCosts = COSTS) -> tuple[bool, str]:
+    """Whether compiling the graph ``key`` (of ``nodes`` operations) with inductor repays over ``steps_left`` more
+    steps, its recorded step measured at ``trace_ms``, and why: its compilation is the last one measured for this
+    graph (a later run reads it from inductor's cache), or estimated from its size (:data:`INDUCTOR_SECONDS`); its
+    step is the one measured, or :data:`INDUCTOR_STEP_FRACTION` of the recorded one; it repays when
+    ``steps_left * saving > MARGIN * compilation``."""
+    known = costs.get(key)
+    seconds = known.get("inductor_s")
+    seconds_said = f"{seconds:.1f} s measured" if seconds is not None else ""
+    if seconds is None:
+        seconds = INDUCTOR_SECONDS[0] + INDUCTOR_SECONDS[1] * nodes
+        seconds_said = f"{seconds:.0f} s estimated"
+    step = known.get("inductor_ms")
+    step_said = "measured" if step is not None else "estimated"
+    if step is None:
+        step = INDUCTOR_STEP_FRACTION * trace_ms
+    saving = steps_left * (trace_ms - step) / 1e3
+    repays = saving > MARGIN * seconds
+    why = (f"{steps_left} steps at {trace_ms:.2f} ms recorded against {step:.2f} ms compiled ({step_said}) "
+           f"{'repay' if repays else 'do not repay'} inductor's {seconds_said}")
+    return repays, why

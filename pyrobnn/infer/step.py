@@ -18,13 +18,19 @@ replica dimension of every parameter and buffer (:func:`torch.func.vmap`, ``rand
 again and replayed. For replica :math:`r`, :math:`\nabla_{\phi_r}\sum_s \mathcal L_s(\phi_s) =
 \nabla_{\phi_r}\mathcal L_r(\phi_r)`, so an elementwise optimiser makes each replica's own update.
 
-Under ``"auto"`` a computation an executor cannot take (a model whose Python reads a tensor's value, an operation
-inductor cannot compile) falls back to the next simpler one, ``inductor`` -> ``trace`` -> ``none``, with one warning
-saying why; an explicit mode that cannot run is an error naming the mode and the way out.
+Under ``"auto"`` on a CPU the step starts recorded (``"trace"``) and times its first replays; when the rest of a run
+of known length repays inductor's compilation of the graph (measured on an earlier run of it, or estimated:
+:func:`~pyrobnn.infer.recording.inductor_repays`), that graph is compiled from then on. What each executor cost is
+kept per graph (:class:`~pyrobnn.infer.recording.ExecutorCosts`). A computation an executor cannot take (a model
+whose Python reads a tensor's value, an operation inductor cannot compile) follows the one executor policy
+(:func:`~pyrobnn.infer.recording.build`): under ``"auto"`` the next simpler executor, ``inductor`` -> ``trace`` ->
+``none``, with one warning saying why; an explicit mode that cannot run raises
+:class:`~pyrobnn.infer.recording.ExecutorFailed`, naming the mode and the way out.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 import weakref
 from typing import Sequence
@@ -39,7 +45,20 @@ from pyrobnn.handlers import kl_annealing
 from pyrobnn.handlers.particles import ParticlesUnsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO, Objective
 from pyrobnn.infer.optim import trained_parameters
-from pyrobnn.infer.recording import check_mode, first_line, is_convolutional, record, replay, resolve, simpler
+from pyrobnn.infer.recording import (
+    COSTS,
+    PROBE_STEPS,
+    ExecutorFailed,
+    build,
+    check_mode,
+    fall_back,
+    fingerprint,
+    first_line,
+    inductor_repays,
+    record,
+    replay,
+    resolve,
+)
 
 __all__ = ["Step", "svi_step", "update", "set_gradients", "optimizer_step", "loss_terms", "objective", "settle",
            "tensors", "ExecutorFailed", "MAX_GRAPHS"]
@@ -47,9 +66,8 @@ __all__ = ["Step", "svi_step", "update", "set_gradients", "optimizer_step", "los
 MAX_GRAPHS = 8
 """Recordings one step keeps (one per batch shape, training mode and parameter storage), then eagerly."""
 
-
-class ExecutorFailed(RuntimeError):
-    """An explicit executor (``compile="trace"`` or ``"inductor"``) cannot run this step."""
+PASSTHROUGH = (ParticlesUnsupported, torch.OutOfMemoryError)
+"""Errors of the computation itself, not of an executor: they propagate under every mode."""
 
 
 def objective(elbo=None) -> MeanFieldELBO:
@@ -110,16 +128,33 @@ def optimizer_step(optim: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         del optim.found_inf
 
 
+class _Recording:
+    """One recorded graph of a step and how it runs: ``run`` (the replay of executor ``mode``), ``trained`` (which
+    tensor inputs receive a gradient), ``calls``, and, while its first :data:`~pyrobnn.infer.recording.PROBE_STEPS`
+    replays after the first are timed, ``graph`` and ``key`` (:func:`~pyrobnn.infer.recording.fingerprint`), what
+    :class:`~pyrobnn.infer.recording.ExecutorCosts` keeps of it."""
+
+    __slots__ = ("run", "trained", "mode", "graph", "key", "calls", "seconds", "built_s")
+
+    def __init__(self, run, trained, mode, graph, key, built_s):
+        self.run, self.trained, self.mode, self.graph, self.key = run, trained, mode, graph, key
+        self.calls, self.seconds, self.built_s = 0, 0.0, built_s
+
+    @property
+    def probing(self) -> bool:
+        return self.graph is not None
+
+
 class Step:
     """``Step(model, guide, elbo, compile)(x, y, beta)`` -> ``(terms, gradients)``: one step's
     :class:`~pyrobnn.infer.elbo.ELBOTerms` and the loss's gradient (``[(parameter, gradient), ...]``, or None when
     ``terms.loss`` is to be differentiated), by the executor ``compile`` (see the module docstring).
 
-    :param steps: how many steps the run will take, when known (``"auto"`` compiles a long run with inductor).
-    :param replicas: ``[(model, guide), ...]`` replicas of ``(model, guide)`` (the first) and the stacked tensors
-        they train, ``stacked[i]`` of shape ``(R,) + `` the shape of ``tensors(model, guide)[i]``: a stacked step,
-        always recorded (``compile`` ``"trace"``, ``"inductor"``, or ``"auto"``); :class:`ExecutorFailed` when the
-        step cannot be recorded.
+    :param steps: how many steps the run will take, when known (``"auto"`` compiles a graph with inductor once its
+        measured costs say the rest of the run repays it, :func:`~pyrobnn.infer.recording.inductor_repays`).
+    :param stacked: the stacked tensors R replicas of ``(model, guide)`` train, ``stacked[i]`` of shape ``(R,) + ``
+        the shape of ``tensors(model, guide)[i]``: a stacked step, always recorded (``compile`` ``"trace"``,
+        ``"inductor"``, or ``"auto"``); :class:`ExecutorFailed` when the step cannot be recorded.
     """
 
     def __init__(self, model, guide, elbo=None, compile: str = "auto", *, steps: int | None = None,
@@ -128,7 +163,8 @@ class Step:
         self.requested = check_mode(compile)
         self.stacked = stacked
         device = device if device is not None else next(iter(tensors(model, guide)), torch.empty(0)).device
-        self.mode, self.reason = resolve(compile, device, steps, is_convolutional(model, guide))
+        self.device, self.steps, self.done = device, steps, 0
+        self.mode, self.reason = resolve(compile, device, steps)
         if stacked is not None and self.mode == "none" and self.requested == "auto":  # one recording for R replicas
             self.mode, self.reason = "trace", "replicas: one stacked step, recorded"
         if stacked is not None and self.mode == "none":
@@ -138,11 +174,15 @@ class Step:
         self._tensors = None
         self._settled = False
         self._full = False  # MAX_GRAPHS recordings kept (said once)
+        self._inductor_refused = False  # under auto, inductor could not compile a graph of this step (said once)
 
     @property
     def executor(self) -> str:
-        """The executor in effect (after any fallback), e.g. ``"trace"``."""
-        return self.mode
+        """The executor in effect (after any fallback): that of the recording that ran the most steps, e.g.
+        ``"trace"``."""
+        if not self.graphs or self.mode == "none":
+            return self.mode
+        return max(self.graphs.values(), key=lambda recording: recording.calls).mode
 
     def tensors(self) -> list[torch.Tensor]:
         """The parameters and buffers the graph reads as inputs (replica 0's, for a stacked step)."""
@@ -151,6 +191,7 @@ class Step:
         return self._tensors
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, beta) -> tuple[ELBOTerms, list | None]:
+        self.done += 1
         if self.mode == "none":
             return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
         nonnegative("beta (KL weight)", beta)  # the graph's β is a tensor input, never read while recording
@@ -159,8 +200,8 @@ class Step:
             self._settle(x, y)
         inputs = self._inputs(x, y, beta)
         key = self._key(x, y, inputs)
-        graph = self.graphs.get(key)
-        if graph is None:
+        recording = self.graphs.get(key)
+        if recording is None:
             if len(self.graphs) >= MAX_GRAPHS and self.stacked is None:
                 if not self._full:
                     self._full = True
@@ -168,24 +209,27 @@ class Step:
                                   "shape, training mode and parameter storage), so a step of any other runs eagerly",
                                   RuntimeWarning, stacklevel=2)
                 return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
-            graph = self._recorded(x, y, beta, inputs)
-            if graph is None:  # fell back to eager
+            recording = self._recorded(inputs)
+            if recording is None:  # fell back to eager
                 return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
-            self.graphs[key] = graph
-        run, trained = graph
+            self.graphs[key] = recording
         try:
             with torch.no_grad():
-                loss, nll, kl, *gradients = run(*inputs)
-        except (ParticlesUnsupported, torch.OutOfMemoryError):
+                if recording.probing:
+                    loss, nll, kl, *gradients = self._probed(recording, inputs)
+                else:
+                    loss, nll, kl, *gradients = recording.run(*inputs)
+        except PASSTHROUGH:
             raise
         except Exception as error:  # inductor compiles at the graph's first call
-            if self.mode != "inductor" or self.requested != "auto":
-                raise ExecutorFailed(f"compile={self.mode!r} cannot run this step ({first_line(error)}); train with "
-                                     "compile='trace' or 'none'") from error
-            self._fall_back(simpler(self.mode), error)
+            if recording.mode != "inductor":
+                raise
+            self._fall_back(fall_back("inductor", self.requested, "this step", error), error)
+            self.done -= 1
             return self(x, y, beta)
+        recording.calls += 1
         params = inputs[3:]
-        return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(trained, gradients)]
+        return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(recording.trained, gradients)]
 
     # -- recording ---------------------------------------------------------------------------
     def _inputs(self, x, y, beta) -> tuple:
@@ -201,31 +245,32 @@ class Step:
     def _settle(self, x, y) -> None:
         settle(self.model, self.guide, self.elbo, x, y)
 
-    def _recorded(self, x, y, beta, inputs):
-        """``(replay, trained)`` of this step's graph, or None when ``"auto"`` falls back to eager. Recording runs
-        the step once: the random state and every buffer (BatchNorm's running statistics) are restored after it."""
-        state, kept = rng_state(), _buffers(self.tensors(), self.stacked)
-        try:
-            graph, trained = self._record(inputs)
-            set_rng_state(state)
-            return replay(graph, inputs, self.mode), trained
-        except (ParticlesUnsupported, torch.OutOfMemoryError):
-            raise
-        except Exception as error:  # a value read on the host, an operation vmap or the backend cannot take, or an
-            set_rng_state(state)  # error of the model itself (the eager step raises it again)
-            _restore(kept)
-            if self.requested != "auto":
-                raise ExecutorFailed(f"compile={self.mode!r} cannot record this step ({first_line(error)}); train "
-                                     "with compile='none'") from error
-            self._fall_back(simpler(self.mode) if self.stacked is None else "none", error)
-            if self.mode == "none":
+    def _recorded(self, inputs) -> _Recording | None:
+        """This step's recording, replayed by the executor :func:`~pyrobnn.infer.recording.build` settles on (None:
+        eagerly). Recording runs the step once: the random state and every buffer (BatchNorm's running statistics)
+        are restored after it."""
+        errors = []
+
+        def make(mode):
+            if mode == "none":
                 if self.stacked is not None:
-                    raise ExecutorFailed(f"the stacked step cannot be recorded ({first_line(error)})") from error
+                    raise ExecutorFailed(f"the stacked step cannot be recorded ({first_line(errors[-1])})")
                 return None
-            return self._recorded(x, y, beta, inputs)
-        finally:
-            set_rng_state(state)
-            _restore(kept)
+            state, kept = rng_state(), _buffers(self.tensors(), self.stacked)
+            try:
+                graph, trained = self._record(inputs)
+                set_rng_state(state)
+                tick = time.perf_counter()
+                run = replay(graph, inputs, mode)
+                return _Recording(run, trained, mode, graph, fingerprint(graph, inputs), time.perf_counter() - tick)
+            finally:  # a value read on the host, an operation vmap or the backend cannot take, or an error of the
+                set_rng_state(state)  # model itself (the eager step raises it again)
+                _restore(kept)
+
+        recording, mode = build(make, self.mode, self.requested, "this step", PASSTHROUGH, errors)
+        if mode != self.mode:
+            self._fall_back(mode, errors[-1])
+        return recording
 
     def _record(self, inputs):
         """The graph of the terms and of the loss's gradient with respect to every tensor input that requires one:
@@ -251,9 +296,56 @@ class Step:
         with torch.no_grad():
             return record(batched, inputs), tuple(trained)
 
+    def _probed(self, recording: _Recording, inputs) -> tuple:
+        """A replay of a recording whose costs are being measured: the first (which may compile) sets its build
+        time, the next :data:`~pyrobnn.infer.recording.PROBE_STEPS` its time a step; then they are kept
+        (:class:`~pyrobnn.infer.recording.ExecutorCosts`) and, under ``"auto"`` on a CPU with the run's length
+        known, the rest of the run is weighed against inductor's compilation
+        (:func:`~pyrobnn.infer.recording.inductor_repays`)."""
+        tick = time.perf_counter()
+        out = recording.run(*inputs)
+        seconds = time.perf_counter() - tick
+        if recording.calls == 0:
+            recording.built_s += seconds
+            if recording.mode == "inductor":
+                COSTS.update(recording.key, inductor_s=recording.built_s)
+            return out
+        recording.seconds += seconds
+        if recording.calls < PROBE_STEPS:
+            return out
+        ms = recording.seconds / PROBE_STEPS * 1e3
+        COSTS.update(recording.key, **{f"{recording.mode}_ms": ms})
+        graph, recording.graph = recording.graph, None
+        if self.requested == "auto" and recording.mode == "trace" and self.steps is not None and \
+                self.device.type == "cpu" and not self._inductor_refused:
+            share = (recording.calls + 1) / self.done  # of the steps so far, this graph's
+            left = int((self.steps - self.done) * share)
+            repays, why = inductor_repays(recording.key, len(graph.graph.nodes), ms, left, COSTS)
+            if repays:
+                self._upgrade(recording, graph, inputs, why)
+        return out
+
+    def _upgrade(self, recording: _Recording, graph, inputs, why: str) -> None:
+        """Compile ``recording``'s graph with inductor from its next step on (``"auto"``; a graph inductor cannot
+        take keeps its replay, after one warning)."""
+        state = rng_state()
+        try:
+            tick = time.perf_counter()
+            recording.run = replay(graph, inputs, "inductor")
+        except PASSTHROUGH:
+            raise
+        except Exception as error:  # the graph is recorded again at the next step: the failed compilation may have
+            fall_back("inductor", self.requested, "this step", error)  # changed it
+            self.graphs = {key: kept for key, kept in self.graphs.items() if kept is not recording}
+            self._inductor_refused = True
+            return
+        finally:
+            set_rng_state(state)
+        recording.mode, recording.graph, recording.calls = "inductor", graph, -1  # its first call is timed again
+        recording.built_s, recording.seconds = time.perf_counter() - tick, 0.0
+        self.reason = f"{self.device.type.upper()}: the recorded step, then inductor: {why}"
+
     def _fall_back(self, mode: str, error: Exception) -> None:
-        warnings.warn(f"compile='auto': the {self.mode} executor cannot take this step, so it runs {mode} "
-                      f"({first_line(error)})", RuntimeWarning, stacklevel=4)
         self.mode, self.reason, self.graphs = mode, f"fell back from {self.mode}: {first_line(error)}", {}
 
 

@@ -21,6 +21,7 @@ from pyrobnn import BayesianNetwork, Categorical, Gaussian, GaussianPrior, LogUn
 from pyrobnn.guides import PosteriorDraws
 from pyrobnn.infer.mcmc import MAX_FULL_BATCH, FlatPotential, MCMCResult, chain_diagnostics, sample_posterior
 from pyrobnn.infer.predict import predict
+from pyrobnn.infer.recording import ExecutorFailed
 from pyrobnn.model.priors import Prior
 
 MLP_SITES = ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
@@ -400,9 +401,12 @@ def test_effective_sample_size_of_anti_correlated_draws_is_capped_not_negative()
     assert ess == pytest.approx(200 * math.log10(200))
 
 
-def test_pyros_sampler_asked_to_compile_says_so_and_runs_the_recorded_potential():
+def test_pyros_sampler_asked_to_compile_refuses_in_one_line_and_runs_the_recorded_potential():
+    # one executor policy: an explicit mode that cannot run is an error naming it and the way out
     model, x, y = _regression()
-    with pytest.warns(RuntimeWarning, match="Pyro's NUTS cannot run a compiled potential"):
-        result = sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
-                                  compile="inductor")
+    with pytest.raises(ExecutorFailed, match=r"compile='inductor' cannot run Pyro's NUTS .*compile='auto'"):
+        sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
+                         compile="inductor")
+    result = sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
+                              compile="trace")
     assert result.diagnostics["sampler"] == "pyro" and result.diagnostics["compile"] == "trace"
