@@ -54,6 +54,7 @@ The last line is one JSON object with all the figures.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -138,12 +139,14 @@ def run_stock(model, x, y, starts, args) -> torch.Tensor:
 
 
 def run_sample_posterior(model, x, y, args, sampler, chains, points):
+    device = torch.device(args.device)  # a copy of the model on --device; the draws come back to the host
+    model, x, y, points = copy.deepcopy(model).to(device), x.to(device), y.to(device), points.to(device)
     result = sample_posterior(model, x, y, num_samples=args.samples, warmup=args.warmup, num_chains=chains,
                               seed=args.seed, init_jitter=args.init_jitter, target_accept=args.target_accept,
                               max_tree_depth=args.max_tree_depth, sampler=sampler, compile=args.compile,
                               prediction_x=points)
     flat = torch.cat([value.reshape(chains, args.samples, -1) for value in result.draws.values()], -1)
-    return flat, result.diagnostics
+    return flat.cpu(), result.diagnostics
 
 
 class NumPyroSampler:
@@ -406,6 +409,8 @@ def main():
     parser.add_argument("--target-accept", type=float, default=0.8)
     parser.add_argument("--init-jitter", type=float, default=0.01, help="sd of the noise added to the initial weights")
     parser.add_argument("--seed", type=int, default=0, help="network initialisation and chains")
+    parser.add_argument("--device", default="cpu",
+                        help="where sample_posterior's samplers (batched, flat) run; stock and NumPyro: the CPU")
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=THREADS_DEFAULT, help="torch threads and XLA host devices")
     parser.add_argument("--samplers", type=_samplers, default=SAMPLERS,

@@ -10,8 +10,9 @@ reached: a graph with no Python in it. :func:`replay` then runs that graph witho
   operations in the same order, random draws included, so a seed gives the eager numbers (built in milliseconds).
   An operation whose arguments TorchScript's tracer has no type for (the list of booleans of
   ``aten.convolution_backward`` and of the normalisations' backward passes) is called through a small scripted
-  function with that list written into it (:func:`typed`); a graph the tracer still refuses is replayed by the FX
-  graph's own generated Python, operation by operation;
+  function with that list written into it (:func:`typed`); such a graph (TorchScript's interpreter fails on the
+  second of two traced ones, see :func:`replay`), and one the tracer still refuses, is replayed by the FX graph's
+  own generated Python, operation by operation;
 - ``"inductor"``: the graph compiled by TorchInductor into fused kernels (seconds to build on a first run, read from
   inductor's on-disk cache on a later one; then the elementwise work over all weights is a few kernels), its random
   numbers drawn with torch's generator (``fallback_random``), so it too gives the eager draws.
@@ -197,6 +198,12 @@ def replay(graph: torch.fx.GraphModule, inputs, mode: str) -> Callable:
     ``"inductor"``, see the module docstring)."""
     if mode == "trace":
         replayed = typed(_pruned(graph))
+        if any("_typed_" in getattr(node.target, "__name__", "") for node in replayed.graph.nodes):
+            # Traced graphs that call typed TorchScript run, but once a second one is traced (a last partial batch
+            # records its own), the first one's next call fails inside TorchScript's interpreter (torch 2.14:
+            # "stack.size() >= inst.N" INTERNAL ASSERT, or a segmentation fault; LeNet-5 on CIFAR-10, 5,000
+            # examples, 2 epochs, benchmarks/epoch.py). The FX graph's own Python replays them safely.
+            return replayed
         try:
             with _quiet(), torch.no_grad():
                 traced = torch.jit.trace(replayed, tuple(inputs), check_trace=False)

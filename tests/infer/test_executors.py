@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from pyrobnn import BayesianNetwork, NormalGuide
+from pyrobnn import BayesianNetwork, NormalGuide, fit
 from pyrobnn.infer import recording
 from pyrobnn.infer import step as step_module
 from pyrobnn.infer.batched_nuts import BatchedNUTS
@@ -22,6 +22,7 @@ from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.recording import ExecutorCosts, ExecutorFailed, inductor_repays, replay, typed
 from pyrobnn.infer.step import Step
 from pyrobnn.model.likelihoods import Categorical
+from pyrobnn.networks import build_net
 from tests.support import MOONS, error_line, run_cli
 
 
@@ -95,9 +96,27 @@ def test_the_recorded_convolutional_step_has_the_eager_losses_gradients_and_draw
         traced, engine = _run("trace", estimator=estimator)
     assert engine.executor == "trace"
     (recorded,) = engine.graphs.values()
-    assert not isinstance(recorded.run, torch.fx.GraphModule)  # TorchScript's replay, not the Python one
+    assert isinstance(recorded.run, torch.fx.GraphModule)  # typed calls: the FX graph's Python replays it
     _same(eager, traced)
     assert eager[0][0] != eager[1][0]  # each step draws anew, in the replay too
+
+
+def test_a_convolutional_run_with_a_partial_last_batch_replays_both_shapes():
+    """LeNet-5 on CIFAR-shaped inputs, 40 examples in batches of 16: the last batch of 8 records a second graph and
+    the next epoch goes back to the first. Two traced graphs with typed TorchScript calls made TorchScript's
+    interpreter fail there (torch 2.14: "stack.size() >= inst.N" INTERNAL ASSERT, or a segmentation fault); the
+    replay now has eager's losses."""
+    losses = {}
+    for compile in ("none", "trace"):
+        pyro.clear_param_store()
+        torch.manual_seed(0)
+        x, y = torch.randn(40, 3, 32, 32), torch.randint(0, 10, (40,))
+        model = BayesianNetwork(build_net("lenet5-cifar", x.shape[1:], 10), Categorical(), num_data=40)
+        pyro.set_rng_seed(0)
+        history = fit(model, NormalGuide(model), x, y, epochs=2, batch_size=16, compile=compile, progress=False)
+        assert history.compile == compile
+        losses[compile] = [epoch["loss"] for epoch in history.epochs]
+    assert losses["trace"] == pytest.approx(losses["none"], rel=1e-5)
 
 
 def test_a_graph_the_tracer_refuses_is_replayed_by_its_own_python(monkeypatch):
