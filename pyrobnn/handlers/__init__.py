@@ -111,7 +111,7 @@ def local_reparameterization(fn: Optional[Callable] = None, num_particles: int =
     >>> import pyro, torch
     >>> from pyro import poutine
     >>> from torch import nn
-    >>> from pyrobnn import BayesianNetwork, NormalGuide
+    >>> from pyrobnn import BayesianNetwork, NormalGuide, local_reparameterization
     >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
     >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
     >>> guide = NormalGuide(model, init_rho=-3.0)
@@ -142,7 +142,7 @@ def flipout(fn: Optional[Callable] = None, num_particles: int = 1, batch_size: O
     >>> import pyro, torch
     >>> from pyro import poutine
     >>> from torch import nn
-    >>> from pyrobnn import BayesianNetwork, NormalGuide
+    >>> from pyrobnn import BayesianNetwork, NormalGuide, flipout
     >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
     >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
     >>> guide = NormalGuide(model, init_rho=-3.0)
@@ -170,7 +170,7 @@ def vdp(fn: Optional[Callable] = None):
     >>> import pyro, torch
     >>> from pyro import poutine
     >>> from torch import nn
-    >>> from pyrobnn import BayesianNetwork, NormalGuide
+    >>> from pyrobnn import BayesianNetwork, NormalGuide, vdp
     >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
     >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
     >>> guide = NormalGuide(model, init_rho=-3.0)
