@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +78,45 @@ def test_every_top_level_name_has_a_summary():
         assert summary.endswith((".", " ...")), (name, summary)
         assert summary.count("`") % 2 == 0, (name, summary)
         assert "Convenient wrapper" not in summary, (name, summary)
+
+
+# ----------------------------------------------------------------------------- the guide pages' sources
+
+PAGES = [ROOT / "docs" / "index.rst", *sorted((ROOT / "docs" / "guide").glob("*.rst"))]
+CODE_WIDTH = 85
+"""The widest code line that fits the column of the site's theme at 1280 px, without a scroll bar."""
+
+UNFOLLOWABLE = {
+    "RESULTS.md named as a page (link :doc:`results`)": re.compile(r"(?<!``)RESULTS\.md"),
+    "a test file (say what the test suite checks)": re.compile(r"``tests/[\w/]+\.py``"),
+    "a commit hash (the results page has the commits)": re.compile(r"\b(?:[Aa]t|[Rr]erun at) [0-9a-f]{7,40}\b"),
+    "a paper by its number in the project's list (cite it)": re.compile(r"\b[Pp]apers? 00\d(?!\s+on CIFAR)"),
+}
+"""What a reader of the site cannot follow; the results page itself and the contributors' layout page (which
+describes the repository's folders) excepted."""
+
+
+def code_blocks(page: Path) -> list[str]:
+    """The Python and shell code blocks of a reST page (not the ``text`` blocks that show a program's output)."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    tree = publish_doctree(page.read_text(), settings_overrides={"report_level": 5, "halt_level": 5})
+    return [block.astext() for block in tree.findall(nodes.literal_block) if "text" not in block["classes"]]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_the_code_of_the_guides_fits_the_column(page):
+    wide = [line for block in code_blocks(page) for line in block.splitlines() if len(line) > CODE_WIDTH]
+    assert not wide, f"{page.name}: code lines wider than {CODE_WIDTH} characters: {wide}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in ("results.rst", "layout.rst")],
+                         ids=lambda page: page.name)
+def test_the_guides_name_nothing_the_site_cannot_follow(page):
+    text = page.read_text()
+    found = {what: pattern.findall(text) for what, pattern in UNFOLLOWABLE.items()}
+    assert not any(found.values()), f"{page.name}: {found}"
 
 
 # ----------------------------------------------------------------------------- the built site
