@@ -137,20 +137,20 @@ def flipout(fn: Optional[Callable] = None, num_particles: int = 1, batch_size: O
     :param num_particles: S > 1 gives every particle its own perturbation and signs, in one pass.
     :param batch_size: the number of rows of the input (needed when ``num_particles > 1``).
 
-    Example: the same example twice sees two different weights.
+    Example: five particles of an MLP in one pass; the same example twice sees two different weights in each.
 
     >>> import pyro, torch
-    >>> from pyro import poutine
-    >>> from torch import nn
     >>> from pyrobnn import BayesianNetwork, NormalGuide, flipout
+    >>> from pyrobnn.networks import MLP
     >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
-    >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
+    >>> model = BayesianNetwork(MLP(4, (8,), 3), num_data=32)
     >>> guide = NormalGuide(model, init_rho=-3.0)
-    >>> x = torch.ones(2, 4)  # the same example twice
-    >>> with flipout():
-    ...     out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-    >>> out.shape, bool((out[0] != out[1]).any())
-    (torch.Size([2, 3]), True)
+    >>> with flipout(num_particles=5, batch_size=2):
+    ...     trace = pyro.poutine.trace(guide).get_trace()
+    ...     out = pyro.poutine.replay(model.net, trace=trace)(torch.ones(2, 4))
+    >>> out = out.reshape(5, 2, 3)  # the particles' rows, stacked
+    >>> bool((out[:, 0] != out[:, 1]).all(-1).any()), bool((out[0] != out[1]).any())
+    (True, True)
     """
     return _apply(FlipoutMessenger(num_particles, batch_size), fn)
 
@@ -165,21 +165,25 @@ def vdp(fn: Optional[Callable] = None):
 
     :param fn: a callable to run under the handler; None returns the handler as a context manager.
 
-    Example: a linear layer's output mean is the layer at the posterior mean.
+    Example: a linear layer's output, :math:`\mathcal N(x\mu_W^\top + \mu_b,\; x^2 (\sigma_W^2)^\top + \sigma_b^2)`,
+    with the handler as a decorator.
 
     >>> import pyro, torch
-    >>> from pyro import poutine
     >>> from torch import nn
     >>> from pyrobnn import BayesianNetwork, NormalGuide, vdp
     >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
-    >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
-    >>> guide = NormalGuide(model, init_rho=-3.0)
-    >>> x = torch.ones(2, 4)  # the same example twice
-    >>> with vdp():
-    ...     out = poutine.replay(model.net, trace=poutine.trace(guide).get_trace())(x)
-    >>> mean = x @ guide.loc_scale("net.weight")[0].T + guide.loc_scale("net.bias")[0]
-    >>> torch.allclose(out.loc, mean), bool((out.variance > 0).all())
-    (True, True)
+    >>> net = nn.Linear(4, 3)
+    >>> guide = NormalGuide(BayesianNetwork(net, num_data=32), init_rho=-3.0)
+    >>> x = torch.randn(5, 4)
+    >>> @vdp
+    ... def moments():
+    ...     return pyro.poutine.replay(net, trace=pyro.poutine.trace(guide).get_trace())(x)
+    >>> out = moments()
+    >>> (mu_w, sigma_w), (mu_b, sigma_b) = guide.loc_scale("net.weight"), guide.loc_scale("net.bias")
+    >>> torch.allclose(out.loc, x @ mu_w.T + mu_b)
+    True
+    >>> torch.allclose(out.variance, x**2 @ (sigma_w**2).T + sigma_b**2)
+    True
     """
     return _apply(VDPMessenger(), fn)
 
