@@ -51,6 +51,8 @@ toc_object_entries_show_parents = "hide"
 # inventories). The build runs with -W: a broken reference, a docstring that does not parse and a public name
 # without a docstring each fail it.
 nitpicky = True
+# ``--option`` stays two hyphens (smart quotes would print an en-dash, and a flag copied from the page would fail).
+smartquotes = False
 nitpick_ignore_regex = [
     # annotation fragments that are not names (``Literal['a', 'b']`` values, string forward references)
     ("py:class", r"^['\"].*"),

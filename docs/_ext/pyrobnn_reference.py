@@ -133,15 +133,55 @@ def entry(package: str, name: str) -> str:
     return "\n".join(lines) + "\n\n" + indent(text) + keys + "\n"
 
 
+SUMMARY_LENGTH = 200
+"""The longest summary the API table shows; a longer first sentence is cut at its last clause before it."""
+
+ABBREVIATIONS = re.compile(r"(\bet al|\b[Ee]qs?|\bi\.e|\be\.g|\bcf|\bvs|\b[Ff]igs?|\b[Ss]ec|\b[A-Z])\.$")
+"""A period that ends one of these ends no sentence (``Blundell et al. (2015)``, ``eq. 11``, ``i.e. q(w)``)."""
+
+
+def prose_spans(text: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` spans of ``text`` outside backquoted code and roles (``:math:`a. b```)."""
+    spans, start = [], 0
+    for match in re.finditer(r"(?::[\w:]+:)?`+[^`]*`+_?", text):
+        spans.append((start, match.start()))
+        start = match.end()
+    return spans + [(start, len(text))]
+
+
 def first_sentence(obj) -> str:
-    """The first sentence of ``obj``'s docstring, when it stands alone as reST (balanced markup), else ''."""
+    """The summary of ``obj`` in the API table: the first sentence of its docstring as reST that stands alone.
+
+    A sentence ends at a period outside code and math followed by a space and not closing an abbreviation
+    (``et al.``, ``eq.``, ``i.e.``, ``e.g.``, an initial); a first paragraph without one ends where it ends, its
+    trailing comma or colon made a period. Over :data:`SUMMARY_LENGTH` characters it is cut at its last ``;``,
+    ``:`` or ``,`` outside code and parentheses, with an ellipsis. ``|`` outside code is escaped (``|w|`` is no
+    substitution)."""
     doc = inspect.getdoc(obj) or ""
     paragraph = " ".join(doc.split("\n\n")[0].split())
-    match = re.match(r"(.+?\.)(\s|$)", paragraph)
-    sentence = match.group(1) if match else paragraph
-    if sentence.count("`") % 2 or sentence.count("*") % 2 or sentence.count("|") or len(sentence) > 200:
-        return ""
-    return sentence
+    spans = prose_spans(paragraph)
+    end = len(paragraph)
+    for start, stop in spans:
+        for match in re.finditer(r"\.(?=\s|$)", paragraph[start:stop]):
+            at = start + match.end()
+            if not ABBREVIATIONS.search(paragraph[:at]):
+                end = at
+                break
+        if end < len(paragraph):
+            break
+    sentence = paragraph[:end].rstrip()
+    if len(sentence) > SUMMARY_LENGTH:
+        cuts = [start + match.start() for start, stop in prose_spans(sentence) if start < SUMMARY_LENGTH
+                for match in re.finditer(r"[;:,](?=\s)", sentence[start:min(stop, SUMMARY_LENGTH)])
+                if sentence[:start + match.start()].count("(") == sentence[:start + match.start()].count(")")]
+        sentence = sentence[:cuts[-1]] + " ..." if cuts else sentence
+    sentence = re.sub(r"[,;:]$", ".", sentence)
+    pieces = [(sentence[a:b], True) for a, b in prose_spans(sentence)]
+    codes = re.findall(r"(?::[\w:]+:)?`+[^`]*`+_?", sentence)
+    out = ""
+    for i, (prose, _) in enumerate(pieces):
+        out += re.sub(r"(?<!\\)\|", r"\\|", prose) + (codes[i] if i < len(codes) else "")
+    return out
 
 
 def top_page(names: list[str], documented: dict[int, str]) -> str:
@@ -294,7 +334,10 @@ def generate_api(srcdir: Path) -> dict[int, str]:
 
 
 def rst_escape(text: str) -> str:
-    return re.sub(r"([\\`*|_])", r"\\\1", text)
+    """``--help`` text as reST that reads as the text: markup characters escaped, and ``scheme:`` escaped unless a
+    ``//`` follows (``tv:NAME`` is a name of the command line, not a link in the ``tv`` URI scheme)."""
+    text = re.sub(r"([\\`*|_])", r"\\\1", text)
+    return re.sub(r"(?<=[A-Za-z0-9]):(?!//)", r"\\:", text)
 
 
 def parser_of(options: type, prog: str) -> argparse.ArgumentParser | None:

@@ -19,18 +19,50 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
              moments: bool = False, max_memory: int | None = None, progress: bool = False,
              target_scale: tuple[torch.Tensor, torch.Tensor] | None = None,
              calibration: Calibrator | None = None) -> dict[str, float]:
-    """Metrics of the posterior predictive: accuracy, NLL, ECE, Brier (classification) or RMSE, NLL, MAE of its
-    mean and standard deviation and ``log_likelihood``, the mean log density of the predictive mixture
-    (:func:`~pyrobnn.analysis.metrics.mixture_log_likelihood`; under VDP++ of its one Gaussian).
+    """Metrics of the posterior predictive on ``(x, y)``: accuracy, NLL, ECE and Brier score, or RMSE, NLL and MAE.
 
-    ``moments=True`` predicts by VDP++ moment propagation (:func:`predict_moments`) instead of sampling;
-    ``max_memory`` and ``progress`` are :func:`~pyrobnn.infer.predict.predict`'s. ``target_scale=(mean, std)``:
-    the model predicts targets standardised as ``(y - mean) / std``; predictions and ``y`` are mapped back, so
-    regression metrics are in the target's original units (an RMSE times ``std``, a log density minus
-    ``log std``). ``calibration``: a :class:`~pyrobnn.analysis.calibration.Calibrator` fitted on held-out rows
-    (:func:`~pyrobnn.analysis.calibration.calibrate`) adds the calibrated metrics of the same predictions
-    (:meth:`~pyrobnn.analysis.calibration.Calibrator.report`: ``nll_calibrated``, ``ece_calibrated``,
-    ``temperature``, ``conformal_coverage``, ...).
+    Classification: ``accuracy``, ``nll``, ``ece`` and ``brier`` of the predictive mean. Regression: ``rmse``,
+    ``nll`` and ``mae`` of its mean and standard deviation and ``log_likelihood``, the mean log density of the
+    predictive mixture (:func:`~pyrobnn.analysis.metrics.mixture_log_likelihood`; under VDP++ of its one Gaussian).
+
+    :param model: a model of a network (:class:`~pyrobnn.BayesianNetwork`, or a Pyro model written by hand).
+    :param guide: its guide.
+    :param x: the inputs.
+    :param y: their targets (class indices, or values shaped as the model observes them).
+    :param num_samples: S, the posterior draws averaged (:func:`~pyrobnn.infer.predict.predict`).
+    :param batch_size: the most inputs in one pass of the network.
+    :param mc_dropout: keep the network's own dropout layers sampling.
+    :param vectorized: as :func:`~pyrobnn.infer.predict.predict`'s.
+    :param moments: predict by VDP++ moment propagation (:func:`~pyrobnn.infer.predict.predict_moments`) instead of
+        sampling.
+    :param max_memory: the most bytes one pass may hold, as :func:`~pyrobnn.infer.predict.predict`'s.
+    :param progress: show a progress bar over the passes.
+    :param target_scale: ``(mean, std)``: the model predicts targets standardised as ``(y - mean) / std``;
+        predictions and ``y`` are mapped back, so regression metrics are in the target's original units (an RMSE
+        times ``std``, a log density minus ``log std``).
+    :param calibration: a :class:`~pyrobnn.analysis.calibration.Calibrator` fitted on held-out rows
+        (:func:`~pyrobnn.analysis.calibration.calibrate`): adds the calibrated metrics of the same predictions
+        (:meth:`~pyrobnn.analysis.calibration.Calibrator.report`: ``nll_calibrated``, ``ece_calibrated``,
+        ``temperature``, ``conformal_coverage``, ...).
+    :returns: ``{metric: float}``.
+
+    Example: the accuracy is that of the predictive mean of the same draws.
+
+    >>> import pyro, torch
+    >>> from torch import nn
+    >>> from pyrobnn import BayesianNetwork, NormalGuide, evaluate, predict
+    >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
+    >>> model = BayesianNetwork(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), num_data=32)
+    >>> guide = NormalGuide(model, init_rho=-2.0)
+    >>> x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    >>> pyro.set_rng_seed(1); metrics = evaluate(model, guide, x, y, num_samples=10)
+    >>> sorted(metrics)
+    ['accuracy', 'brier', 'ece', 'nll']
+    >>> pyro.set_rng_seed(1); probs = predict(model, guide, x, num_samples=10)["probs"]
+    >>> metrics["accuracy"] == (probs.argmax(-1) == y).float().mean().item()
+    True
+    >>> abs(metrics["nll"] + probs[torch.arange(32), y].log().mean().item()) < 1e-5
+    True
     """
     model = network_model(model, x[:PROTOTYPE_ROWS])
     pred, mixture = predicted(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, moments, max_memory,

@@ -16,10 +16,11 @@ the default of :func:`pyrobnn.analysis.prune.log_alpha_masks`."""
 
 
 class AdditiveDropoutGuide(SiteGuide):
-    r"""Sparse variational dropout: :math:`q(w) = \mathcal N(\theta, \sigma^2)` with :math:`\theta` and
-    :math:`\log\sigma^2` learned directly (the additive reparameterisation :math:`w = \theta + \sigma\epsilon`,
-    whose gradients do not carry the multiplicative noise of :math:`\theta(1 + \sqrt\alpha\,\epsilon)`),
-    :math:`\alpha = \sigma^2/\theta^2`.
+    r"""Sparse variational dropout: :math:`q(w) = \mathcal N(\theta, \sigma^2)`, :math:`\alpha = \sigma^2/\theta^2`,
+    with :math:`\theta` and :math:`\log\sigma^2` learned directly.
+
+    The additive reparameterisation :math:`w = \theta + \sigma\epsilon` (Molchanov, Ashukha & Vetrov 2017) gives
+    gradients that do not carry the multiplicative noise of :math:`\theta(1 + \sqrt\alpha\,\epsilon)`.
 
     With :class:`~pyrobnn.LogUniformPrior` the ELBO uses Molchanov's approximation
     :math:`-\mathrm{KL} \approx k_1\sigma(k_2 + k_3\log\alpha) - \tfrac12\log(1 + 1/\alpha) - k_1`,

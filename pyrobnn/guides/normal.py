@@ -164,6 +164,20 @@ class NormalGuide(SiteGuide):
         :math:`v_n` of unit :math:`n` share :math:`\sigma_{v_n}`, :math:`q(v_n) = \mathcal N(\mu_{v_n},
         \sigma_{v_n}^2 I)`, whose KL against :math:`\mathcal N(0, I)` is VDP++'s eq. 12 (Dera et al.),
         :math:`\tfrac12\sum_n (\|\mu_{v_n}\|^2 + j\sigma_{v_n}^2 - j\log\sigma_{v_n}^2 - j)`), or per ``"layer"``.
+
+    Example: every weight starts at :math:`\sigma_0 = \mathrm{softplus}(-5) \approx 0.0067`.
+
+    >>> import pyro, torch
+    >>> from torch import nn
+    >>> from pyrobnn import BayesianNetwork, NormalGuide
+    >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
+    >>> model = BayesianNetwork(nn.Linear(4, 3), num_data=32)
+    >>> guide = NormalGuide(model, init_rho=-5.0)
+    >>> loc, scale = guide.loc_scale("net.weight")
+    >>> loc.shape, torch.allclose(scale, torch.nn.functional.softplus(torch.tensor(-5.0)))
+    (torch.Size([3, 4]), True)
+    >>> torch.equal(guide.median()["net.weight"], loc)  # the posterior's median is its mean
+    True
     """
 
     def __init__(self, model, init_loc: InitLoc = "module", init_rho: float = -5.0,

@@ -166,6 +166,20 @@ class Method(ABC):
         :param likelihood: the observation model (default :class:`~pyrobnn.model.likelihoods.Categorical`).
         :param include: which parameters are Bayesian (:func:`~pyrobnn.model.conversion.bayesian`).
         :param run: :meth:`train`'s run options.
+        :returns: the trained :class:`~pyrobnn.methods.posterior.Posterior`: it predicts, evaluates, draws and saves.
+
+        Example: Bayes by Backprop as Blundell et al. (2015) set it, two epochs on 32 examples.
+
+        >>> import torch
+        >>> from torch import nn
+        >>> from pyrobnn.methods import METHODS
+        >>> x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+        >>> network = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        >>> posterior = METHODS["bbb"].fit(network, x, y, epochs=2, seed=0)
+        >>> sorted(posterior.evaluate(x, y, num_samples=10))
+        ['accuracy', 'brier', 'ece', 'nll']
+        >>> posterior.predict(x, num_samples=10)["probs"].shape
+        torch.Size([32, 3])
         """
         source = member_builder(network)
         options = {} if is_model(network) else dict(likelihood=likelihood, num_data=x.shape[0],

@@ -52,6 +52,23 @@ class BayesianNetwork(PyroModule):
     :param deterministic: keep every parameter a point estimate (the maximum-likelihood
         baseline, trained through the same loop).
     :param input_shape: per-example input shape, checked on every call when given.
+
+    Example: every weight and bias gets a prior site; ``y`` is the observed site ``obs``.
+
+    >>> import pyro, torch
+    >>> from torch import nn
+    >>> from pyrobnn import BayesianNetwork
+    >>> pyro.clear_param_store(); pyro.set_rng_seed(0)
+    >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    >>> model = BayesianNetwork(net, num_data=32)
+    >>> [site.name for site in model.sites()]
+    ['net.0.weight', 'net.0.bias', 'net.2.weight', 'net.2.bias']
+    >>> x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    >>> model(x, y).shape  # the network's output under one draw of the prior
+    torch.Size([32, 3])
+    >>> trace = pyro.poutine.trace(model).get_trace(x, y)
+    >>> [name for name, site in trace.nodes.items() if site.get("is_observed")]
+    ['obs']
     """
 
     def __init__(

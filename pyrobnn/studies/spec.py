@@ -174,6 +174,18 @@ class Study:
         ``{column: values}`` or a DataFrame (:func:`~pyrobnn.data.tables.as_data`; ``--data.target`` and the other
         data options apply as to a file). Checked when the study is made; written once to
         :meth:`data_file` when its cells are made.
+
+    Example: two methods, two seeds each, as four ``pyrobnn train`` cells (:meth:`run` runs them).
+
+    >>> from pyrobnn.studies import Study
+    >>> study = Study(base="--dataset two-moons --train-size 100 --test-size 100 --epochs 1",
+    ...               vary={"method": ["bbb", "map"]}, seeds=2, name="moons")
+    >>> study.labels(), study.resolved_baseline(), str(study.folder())
+    (['bbb', 'map'], 'bbb', 'runs/moons')
+    >>> [(cell.label, cell.seed) for cell in study.cells()]
+    [('bbb', 0), ('bbb', 1), ('map', 0), ('map', 1)]
+    >>> " ".join(study.cells()[0].argv)
+    '--dataset two-moons --train-size 100 --test-size 100 --epochs 1 --method bbb --seed 0'
     """
 
     base: Union[str, Sequence] = ()

@@ -40,26 +40,6 @@ if "sphinx" not in sys.modules:
         pytest.skip("Sphinx is not installed (pip install -e '.[docs]')", allow_module_level=True)
 
 
-def sphinx_build(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYROBNN_TUTORIAL_SIZE": "ci", "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-n", "-W", "--keep-going", "-E", "-q",
-                           *extra, str(DOCS), str(out)], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=1500)
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The site at its CI size: ``PYROBNN_DOCS_BUILT=DIR`` reuses one built by ``make docs-ci``."""
-    built = os.environ.get("PYROBNN_DOCS_BUILT")
-    if built:
-        return Path(built)
-    out = tmp_path_factory.mktemp("site")
-    result = sphinx_build(out)
-    assert result.returncode == 0, f"sphinx-build failed:\n{result.stderr[-6000:]}"
-    (out / "build-stderr.txt").write_text(result.stderr)
-    return out
-
-
 def inventory(site: Path) -> dict[str, tuple[str, str]]:
     """``objects.inv``: ``{name: (role, uri)}`` of the Python domain."""
     data = (site / "objects.inv").read_bytes()
