@@ -22,9 +22,10 @@ demo: venv
 	$(PY) -m pyrobnn train --dataset mnist --model mlp --hidden 400 --prior scale-mixture \
 		--beta geometric --epochs 3 --num-samples 20 --out runs/demo --no-progress
 
-# The fast loop (under 10 minutes on 2 cores): every test but those marked slow.
+# The fast loop (under 10 minutes on 2 cores): every test but those marked slow, in two pytest-xdist workers (each
+# test runs torch on one thread, tests/conftest.py, so two workers use both cores).
 test: venv
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n 2
 
 # Everything CI runs: the fast loop and the slow checks (the NUTS agreement with Pyro and NumPyro, the documentation
 # site at its CI size, the release check, Dask, processes, full-size runs).
