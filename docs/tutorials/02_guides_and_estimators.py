@@ -6,6 +6,9 @@ A method is a prior, a guide (the posterior family q) and an estimator (how a tr
 pyrobnn each is one argument: the same network, the same ``fit`` and ``evaluate``, and the method changes. Here on
 two moons (50 training points): Bayes by Backprop under weight sampling, local reparameterization and flipout; MC
 dropout; sparse variational dropout; and the MAP baseline.
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

@@ -8,6 +8,9 @@ the others, a handler around the same model and guide: ``MeanFieldELBO(estimator
 ``predict_moments`` predicts by one pass. Here a LeNet-5 on MNIST, one σ per output unit (``share="row"``, the
 paper's eq. 12), then the paper's robustness test: accuracy and the predicted class's variance as Gaussian noise
 is added to the test images.
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%
