@@ -70,9 +70,9 @@ for name, m in results.items():
 
 # %%
 # The predictive probability of the lower moon over the plane, one panel a method. At this CI size the panels
-# differ little: a short run keeps every network near its initialisation, so MAP's panel looks like BBB's. Sparse
-# variational dropout sits at chance (accuracy about 0.5 in the table above): its KL prunes before the data have
-# been learnt when it is at full weight from the first step (see the gotchas page: it needs a KL warm-up).
+# differ little, MAP's looks like BBB's: the Bayesian methods' wider uncertainty away from the data is not visible
+# at this budget. Sparse variational dropout sits at chance (accuracy about 0.5 in the table above): trained here
+# with its KL at full weight from the first step, without the KL warm-up its recipe uses (see the gotchas page).
 grid = torch.stack(torch.meshgrid(torch.linspace(-2, 3, GRID), torch.linspace(-1.5, 2, GRID), indexing="xy"), -1)
 fig, axes = plt.subplots(2, 3, figsize=(10, 6), sharex=True, sharey=True)
 for ax, (name, (model, guide)) in zip(axes.flat, fits.items()):
