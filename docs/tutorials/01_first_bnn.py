@@ -9,6 +9,9 @@ its uncertainty separates the digits it gets right from those it gets wrong.
 
 Run it as it is: ``python 01_first_bnn.py --data-root DIR`` (``DIR/MNIST/raw`` holds the four MNIST files; default
 ``$PYROBNN_DATA``, else ``~/.cache/pyrobnn/data``, downloaded there when missing).
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%
@@ -33,7 +36,7 @@ parser.add_argument("--data-root", default=None, help="folder holding MNIST/ (de
 args, _ = parser.parse_known_args()
 
 CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
-TRAIN, TEST, EPOCHS = (1000, 500, 1) if CI else (10000, 10000, 3)
+TRAIN, TEST, EPOCHS = (2000, 500, 4) if CI else (10000, 10000, 3)
 
 pyro.set_rng_seed(0)
 data = load_dataset("mnist", args.data_root, train_size=TRAIN, test_size=TEST)
@@ -49,11 +52,13 @@ model = BayesianNetwork(MLP(784, (400,), 10), prior=ScaleMixturePrior(), num_dat
 guide = NormalGuide(model)
 svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), loss=MeanFieldELBO())
 for epoch in range(EPOCHS):
-    total = 0.0
+    losses = []
     for idx in torch.randperm(len(data.x_train)).split(128):
         with kl_annealing(beta=1.0):
-            total += svi.step(data.x_train[idx], data.y_train[idx])
-    print(f"epoch {epoch}: loss per example {total / len(data.x_train):.3f}")
+            losses.append(svi.step(data.x_train[idx], data.y_train[idx]))
+    # each step's loss estimates the full-data negative ELBO: their mean over N is the loss per example
+    # (docs/conventions.rst); most of it is the KL of the 318,010 weights divided by N
+    print(f"epoch {epoch}: loss per example {sum(losses) / len(losses) / len(data.x_train):.3f}")
 
 # %%
 # The predictive
@@ -67,8 +72,9 @@ print(f"epistemic uncertainty: right {out['epistemic'][correct].mean():.4f}, "
       f"wrong {out['epistemic'][~correct].mean():.4f} nats")
 
 # %%
-# The digits a BNN is unsure of are those it gets wrong: the predictive entropy of the misclassified test digits
-# is far above that of the others.
+# The digits a BNN is unsure of are mostly those it gets wrong: the mean predictive entropy of the misclassified
+# test digits is about twice that of the others (at CI size, 2,000 images and 4 epochs: 1.38 against 0.70 nats).
+print(f"predictive entropy: right {out['total'][correct].mean():.2f}, wrong {out['total'][~correct].mean():.2f} nats")
 fig, ax = plt.subplots(figsize=(6, 3.5))
 bins = torch.linspace(0, float(out["total"].max()), 30)
 ax.hist(out["total"][correct].numpy(), bins=bins.numpy(), alpha=0.7, density=True, label="right")

@@ -11,6 +11,9 @@ to the baseline with a 95 % interval.
 The same study from a shell::
 
     pyrobnn study --dataset two-moons --hidden 32 32 --epochs 300 --vary method=map,mcdropout,bbb --seeds 5
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

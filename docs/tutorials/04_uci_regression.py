@@ -8,6 +8,9 @@ RMSE and the test log-likelihood in the target's original units (``target_scale`
 against Bayes by Backprop, each with the Gaussian noise scale of Gal's grid.
 
 The data are read from ``$PYROBNN_DATA/uci/bostonHousing`` (downloaded from Gal's repository when missing).
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

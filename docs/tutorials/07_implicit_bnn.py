@@ -7,6 +7,9 @@ inputs are multiplied by a latent z ~ N(1, s²) (:class:`~pyrobnn.NodePrior`), w
 Gaussians (:class:`~pyrobnn.MixtureNodeGuide`); row r of a batch uses component r mod K. Two arguments change from
 Bayes by Backprop: the prior and the guide. On y = x³ (Hernández-Lobato & Adams, 2015) with a 1-100-100-1 network,
 mean-field BBB against the implicit BNN, both tested on [-6, 6], beyond the training range [-4, 4].
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

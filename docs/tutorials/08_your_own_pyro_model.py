@@ -7,6 +7,9 @@ A Bayesian network already written in Pyro, the way Pyro's tutorials write one, 
 (:class:`~pyrobnn.model.TracedModel`): its ``PyroSample`` weights get the guide's posterior family, any other latent
 (the noise scale ``sigma``) a mean-field Normal of its unconstrained space, and the estimators act on its
 ``nn.Linear`` layers. The model below is :class:`pyrobnn.networks.PyroBNN`, written out.
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

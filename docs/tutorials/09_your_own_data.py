@@ -9,6 +9,9 @@ standardised on the training rows, and the metrics come back in the target's uni
 K (``--data.folds``), so ``--splits K`` in a study is K-fold cross-validation. Here scikit-learn's diabetes data
 (442 patients, 10 inputs, a disease-progression score), written as a CSV file, and MAP, MC dropout and Bayes by
 Backprop compared by cross-validation.
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%

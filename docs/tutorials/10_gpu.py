@@ -11,6 +11,9 @@ it picks by the run's length and network; the run's :class:`~pyrobnn.infer.svi.H
 command line says the same with ``--device cuda --precision bf16 --augment``.
 
 This page was built on a CPU: the code picks what the machine has.
+
+The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``, seconds to run); run the script
+without it for the full size.
 """
 
 # %%
