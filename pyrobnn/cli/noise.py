@@ -13,8 +13,8 @@ run's objective, as a deep ensemble's member learns its noise, Lakshminarayanan 
 A learned noise is one scale of one network. A posterior that replays the draws of several networks' weights in
 one network (:attr:`~pyrobnn.methods.Method.replays_weights`: a deep ensemble, MultiSWAG, SG-MCMC draws) would
 predict every draw with the first network's noise, so ``--likelihood.learn-scale`` is refused for it before anything
-is loaded; left unset, its noise is fixed at :data:`STARTING_SCALE` (:func:`noise_options`) and the run's header says so, with the
-way to choose it on the training rows (``--grid likelihood.scale=...``).
+is loaded; left unset, its noise is fixed at :data:`STARTING_SCALE` (:func:`noise_options`) and the run's header
+says so, with the way to choose it on the training rows (``--grid likelihood.scale=...``).
 """
 
 from __future__ import annotations
