@@ -15,6 +15,7 @@ import torch
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import in_range, multiples_near, nonnegative, nonnegative_int, one_line, positive, positive_int
 from pyrobnn.cli.methods import GUIDE_ARGUMENTS, SCHEDULE_ARGUMENTS, resolve_method, run_method
+from pyrobnn.cli.noise import check_noise, noise_options
 from pyrobnn.cli.options import (
     MCMC_MODELS,
     PROTOCOL,
@@ -91,16 +92,20 @@ def make_prior(cfg):
     return _construct("prior", PRIORS, cfg.prior.name, cfg.prior)
 
 
-def make_likelihood(cfg, task: Optional[str]):
+def make_likelihood(cfg, task: Optional[str], method: Optional[Method] = None):
     """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task
-    (``None``: not checked)."""
+    (``None``: not checked); a Gaussian's unset noise is :func:`~pyrobnn.cli.noise.noise_options`' for ``method``
+    (default the run's, :func:`method_of`)."""
     name = cfg.likelihood.name
     if name == "auto":
         name = "categorical" if task == "classification" else "gaussian"
     if task is not None and (name == "categorical") != (task == "classification"):
         raise ValueError(f"--likelihood {name} needs a {'classification' if name == 'categorical' else 'regression'} "
                          f"dataset; {cfg.data.dataset} is {task}")
-    return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
+    options = cfg.likelihood
+    if name == "gaussian" and options.scale is None:
+        options = noise_options(options, method_of(cfg) if method is None else method)
+    return _construct("likelihood", LIKELIHOODS, name, options)
 
 
 def _schedule(cfg: RunConfig):
@@ -155,7 +160,7 @@ def build(cfg: RunConfig, data, method: Optional[Method] = None) -> tuple[Bayesi
     for a reproducible initialisation.
     """
     method = method_of(cfg) if method is None else method
-    net, likelihood = network_of(cfg, data)
+    net, likelihood = network_of(cfg, data, method)
     return method.build(net, likelihood=likelihood, num_data=len(data.x_train), **_selected_sites(cfg, net, data))
 
 
@@ -184,11 +189,11 @@ def _selected_sites(cfg, net, data) -> dict:
                 input_shape=data.input_shape)
 
 
-def network_of(cfg, data) -> tuple:
+def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
     """``(network, likelihood)`` of a run for a dataset: the likelihood of ``--likelihood`` (checked against the
     task) and the network of ``--model`` with as many outputs as it needs (``--init-from``: its pre-trained
     weights); weights drawn from torch's global RNG."""
-    likelihood = make_likelihood(cfg, data.task)
+    likelihood = make_likelihood(cfg, data.task, method)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
     try:
         net = build_net(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
@@ -288,7 +293,7 @@ def check_run(cfg: RunConfig) -> None:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
                              f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
     check_posterior(cfg)
-    method_of(cfg)  # the method the options describe: its prior, guide, schedule and optimiser, checked
+    check_noise(cfg, method_of(cfg))  # the method the options describe: its prior, guide, schedule, optimiser
     check_calibration(cfg)
     check_data(cfg)
 

@@ -329,10 +329,12 @@ class LikelihoodOptions:
 
     name: Annotated[LikelihoodName, arg(name="likelihood", prefix_name=False)] = "auto"
     """auto: categorical for classification, gaussian for regression; heteroscedastic learns the noise per input."""
-    scale: float = 0.1
-    """gaussian: noise standard deviation (its initial value with --likelihood.learn-scale)."""
+    scale: Annotated[Optional[float], arg(metavar="FLOAT", help_behavior_hint="(default: learned from 1)")] = None
+    ("gaussian: noise standard deviation, fixed (its initial value with --likelihood.learn-scale), in the standardised "
+     "target's units; unset: learned from 1, the target's spread (fixed at 1 for --ensemble, MultiSWAG and --sgmcmc, "
+     "which replay several networks' weights in one: pyrobnn.cli.noise).")
     learn_scale: bool = _default(Gaussian, "learn_scale")
-    """gaussian: learn the noise standard deviation as a point estimate."""
+    """gaussian: learn the noise standard deviation as a point estimate (refused for --ensemble, MultiSWAG, SG-MCMC)."""
     vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = cli_spelling(_default(Categorical, "vdp_objective"))
     ("categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-"
      "entropy.")

@@ -12,6 +12,7 @@ from pyrobnn.analysis.prune import principled_masks, record_sparsity
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.cli.build import build, check_batches, check_run, method_of
 from pyrobnn.cli.grid import select_hyperparameters
+from pyrobnn.cli.noise import noise_record, noise_summary
 from pyrobnn.cli.options import RunConfig
 from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, say, warn
 from pyrobnn.cli.runs import (
@@ -89,10 +90,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
     steps = cfg.optim.epochs * math.ceil(len(data.x_train) / cfg.optim.batch_size)
     executor, why = resolve_compile(cfg.optim.compile, device, steps)
     calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
+    noise = noise_summary(cfg, model, method)
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
         f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
-        f"compile {executor} ({why})")
+        f"compile {executor} ({why})" + (f", {noise}" if noise else ""))
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
         callbacks.append(Validation(data.x_val, data.y_val))
@@ -118,6 +120,13 @@ def train(cfg: RunConfig) -> dict[str, float]:
               "train_peak_memory_gb": process_peak_bytes(device) / 1e9}
     if selection is not None:
         report["selection"] = selection
+    noise = noise_record(cfg, model, data)
+    if noise is not None:
+        report["noise"] = noise
+        if noise["learned"]:
+            units = (f" ({noise['scale_in_target_units']:.4g} in the target's units)"
+                     if "scale_in_target_units" in noise else "")
+            say(f"noise: learned scale {noise['scale']:.4g}{units}")
     write_json(out / "metrics.json", report)  # the training run is kept whatever the test report meets
     classification = data.task == "classification"
     moments, max_memory = posterior.moments, gigabytes(cfg.output.max_memory)

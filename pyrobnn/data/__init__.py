@@ -81,6 +81,7 @@ __all__ = [
     "TASKS",
     "CORRUPTIONS",
     "DATASETS",
+    "REGRESSION_DATASETS",
     "TOY_DATASETS",
     "UCI_DATASETS",
     "DATA_ENV",
@@ -133,6 +134,9 @@ TOY_DATASETS = ("two-moons", "cubic", "sinusoid")
 
 UCI_DATASETS = tuple(f"uci-{short}" for short in UCI_FOLDERS)
 """The UCI regression data sets by name (:mod:`~pyrobnn.data.uci`; any folder in their layout is ``"uci:<path>"``)."""
+
+REGRESSION_DATASETS = ("cubic", "sinusoid", *UCI_DATASETS)
+"""The registered data sets with a real-valued target (the others are classified)."""
 
 _NOT_IMAGES = (*TOY_DATASETS, "imdb")
 """The datasets that are not images (no image ``dtype``)."""
@@ -229,17 +233,19 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
 
 def check_dataset(name: str, root: str | os.PathLike | None = None, *, split: int | None = None,
                   folds: int | None = None, test_fraction: float | None = None, split_seed: int | None = None,
-                  columns: Columns | None = None) -> None:
+                  columns: Columns | None = None) -> str:
     """Check, before a run, what :func:`load_dataset` would refuse: the name and the options it takes; a table is
     read (once per process, :mod:`~pyrobnn.data.tables`) and split, so a bad cell, column or split is found here;
     an image folder's layout is looked at (its images are not decoded); a registered or UCI data set is not read.
-    Raises the ``ValueError`` (``FileNotFoundError``) that loading would."""
+    Returns the data set's task, ``"classification"`` or ``"regression"`` (a table's, as it was read; a registered
+    one's by :data:`REGRESSION_DATASETS`). Raises the ``ValueError`` (``FileNotFoundError``) that loading would."""
     kind, what = _route(name, split, folds, test_fraction, split_seed, columns)
     if kind == "table":
-        load_table(what, columns=columns, split=split, folds=folds, test_fraction=test_fraction,
-                   split_seed=split_seed)
-    elif kind == "folder":
+        return load_table(what, columns=columns, split=split, folds=folds, test_fraction=test_fraction,
+                          split_seed=split_seed).task
+    if kind == "folder":
         folder_layout(what, split=split, folds=folds, test_fraction=test_fraction, split_seed=split_seed)
+    return "regression" if kind == "uci" or what in REGRESSION_DATASETS else "classification"
 
 
 def _uci_name(name: str) -> str | None:

@@ -196,6 +196,12 @@ class Method(ABC):
         """The networks one fit trains (an ensemble's members, MultiSWAG's SWAGs, SG-MCMC's chains): 1 here."""
         return 1
 
+    @property
+    def replays_weights(self) -> str:
+        """Why the posterior's draws are weights alone, replayed in one network whose other trained parameters (a
+        learned noise) are one run's only; empty where the draws keep the network they were trained in."""
+        return ""
+
     def train_stacked(self, pairs: list, x: torch.Tensor, y: torch.Tensor, *, epochs: int = 10, seed: int = 0,
                       precision: str = "fp32", transform=None, **run) -> list[Posterior]:
         """Train ``pairs`` ``[(model, guide)]``, P groups of :attr:`runs` consecutive pairs, as one stacked network

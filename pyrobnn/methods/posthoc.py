@@ -51,6 +51,10 @@ class Ensemble(Method):
     def runs(self) -> int:
         return self.members
 
+    @property
+    def replays_weights(self) -> str:
+        return f"its {self.members} members' weights are replayed in one network" if self.members > 1 else ""
+
     def stacked_posterior(self, pairs, rows, collected, x, seed, transform=None) -> Posterior:
         """The uniform mixture of the stacked members ``rows`` (they share the batches, where :meth:`train`'s members
         each draw their own)."""
@@ -116,6 +120,10 @@ class SWAG(Method):
     def runs(self) -> int:
         return self.members
 
+    @property
+    def replays_weights(self) -> str:
+        return f"its {self.members} SWAGs' draws are replayed in one network" if self.members > 1 else ""
+
     def collector(self, rows, epochs, optimizer):
         return Recorded(SWAGCollector(self.collection_start(epochs), self.rank, math.ceil(rows / self.batch_size),
                                       optimizer))
@@ -169,6 +177,10 @@ class SGMCMC(Method):
     @property
     def runs(self) -> int:
         return self.chains
+
+    @property
+    def replays_weights(self) -> str:
+        return "its draws are the weights along the chain, replayed in one network"
 
     def collector(self, rows, epochs, optimizer):
         return Recorded(Sampler(self.learning_rate, epochs=epochs, steps_per_epoch=math.ceil(rows / self.batch_size),

@@ -9,7 +9,9 @@ from typing import Sequence
 import torch
 from pyro.nn import PyroModule
 from pyro.nn.module import to_pyro_module_
+from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import get_plates
+from pyro.poutine.util import site_is_subsample
 from torch import nn
 
 from pyrobnn._compat import pyro_context
@@ -34,6 +36,20 @@ class _ClaimParameters:
             model._claim()
 
 
+class _OwnSampleSites(Messenger):
+    """Records the sample statements a network's own code makes: every sample site but its ``PyroSample``
+    parameters ``known`` (a plate's subsample site and ``pyro.deterministic`` are no sample statement of a latent or
+    an observation)."""
+
+    def __init__(self, known: set[str]):
+        super().__init__()
+        self.known, self.found = known, []
+
+    def _pyro_sample(self, msg):
+        if msg["name"] not in self.known and not site_is_subsample(msg) and not msg["infer"].get("_deterministic"):
+            self.found.append(msg["name"])
+
+
 class BayesianNetwork(PyroModule):
     r"""Pyro model :math:`p(w)\,\prod_n p(y_n | x_n, w)` around any ``nn.Module``.
 
@@ -52,6 +68,14 @@ class BayesianNetwork(PyroModule):
     :param deterministic: keep every parameter a point estimate (the maximum-likelihood
         baseline, trained through the same loop).
     :param input_shape: per-example input shape, checked on every call when given.
+
+    ``net`` is a network: its forward maps ``x`` to an output and samples nothing but its ``PyroSample``
+    parameters. A Pyro model that samples its own sites (a noise scale, ``pyro.sample("obs", ..., obs=y)`` under
+    ``pyro.plate("data", ...)``, as Pyro's tutorials write a Bayesian network) already is the whole model and is used
+    as it is, without ``BayesianNetwork``: pyrobnn's guides, ``fit``, ``predict``, ``evaluate`` and
+    ``sample_posterior`` read it by tracing (:class:`~pyrobnn.model.TracedModel`). Wrapped here, its first pass
+    raises a ``TypeError`` (one line, also under Pyro's ``poutine.trace``) naming its sample sites and that way: a
+    second observation of the same ``y`` would count the data twice, and its other latents would have no posterior.
 
     Example: every weight and bias gets a prior site; ``y`` is the observed site ``obs``.
 
@@ -97,6 +121,7 @@ class BayesianNetwork(PyroModule):
         self.num_data = num_data
         self.input_shape = tuple(input_shape) if input_shape is not None else None
         self._warned_num_data = False
+        self._net_checked = False
         self._claim()
         net.register_forward_pre_hook(_ClaimParameters(self))
 
@@ -130,9 +155,9 @@ class BayesianNetwork(PyroModule):
         particles a shape error may instead mean a residual around the first Bayesian layer, which the caller turns
         into a loop (:func:`~pyrobnn.handlers.particles.mismatched_rows_unsupported`), so it passes unchanged."""
         if not check or current_particles() is not None:
-            return self.net(x)
+            return self._call_net(x)
         try:
-            return self.net(x)
+            return self._call_net(x)
         except RuntimeError as error:
             if (isinstance(error, (torch.OutOfMemoryError, ParticlesUnsupported))
                     or ("shape" not in str(error) and "size" not in str(error))):
@@ -147,7 +172,24 @@ class BayesianNetwork(PyroModule):
         with context:
             for name, value in values.items():
                 context.set(name, value)
+            return self._call_net(x)
+
+    def _call_net(self, x: torch.Tensor) -> torch.Tensor:
+        """``self.net(x)``; its first pass also checks that the network samples nothing of its own (it is no
+        Pyro model with its own observation), a ``TypeError`` naming the way that works if it does."""
+        if self._net_checked:
             return self.net(x)
+        with _OwnSampleSites({site.name for site in self.sites()}) as own:
+            output = self.net(x)
+        if own.found:
+            raise TypeError(
+                f"BayesianNetwork(net): {type(self.net).__name__}'s forward samples its own sites {own.found}, so it "
+                "is a whole Pyro model, not a network: use it as it is, without BayesianNetwork (pyrobnn's guides, "
+                "fit, predict, evaluate and sample_posterior read it by tracing: pyrobnn.model.TracedModel), or give "
+                "BayesianNetwork a network that returns its output and the likelihood= of y"
+            )
+        self._net_checked = True
+        return output
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         self.check_input(x)

@@ -31,9 +31,11 @@ from typing import Optional
 import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
-from pyrobnn.cli.build import check_mcmc, check_run
+from pyrobnn.cli.build import check_mcmc, check_run, dataset_options
 from pyrobnn.cli.methods import expand_method
+from pyrobnn.cli.noise import default_noise_applies
 from pyrobnn.cli.options import MCMCConfig, RunConfig
+from pyrobnn.data import check_dataset
 from pyrobnn.methods import resolve_method
 
 __all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "EXECUTOR_KEY", "STUDY_SETS", "LIST_OPTIONS",
@@ -188,15 +190,29 @@ holds these values, the executor options' defaults before they became one ``--co
 before keep their keys."""
 
 
+FORMER_NOISE = 0.1
+"""The ``--likelihood.scale`` in the key of a ``train`` cell that leaves it unset and whose run did not change when a
+regression's noise became learned by default (:mod:`pyrobnn.cli.noise`): a classifier, a heteroscedastic regression,
+a noise its ``--grid`` sets. It was their default, so the cells cached before keep their keys; a cell whose noise is
+the new default (:func:`~pyrobnn.cli.noise.default_noise_applies`) is keyed ``"default"``, and trains again."""
+
+
+def _noise_key(config) -> float | str:
+    task = check_dataset(config.data.dataset, config.data.data_root, **dataset_options(config))  # a table: read once
+    return "default" if default_noise_applies(config, task) else FORMER_NOISE
+
+
 def cache_key(command: str, config) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
     of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
-    keys)."""
+    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``."""
     defaults = _defaults(command)
     options = {flag: value for flag, value in config.flags().items()
                if flag not in NOT_IN_KEY and flag != "--compile"
                and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
     options.update(EXECUTOR_KEY[command])
+    if command == "train" and config.likelihood.scale is None:
+        options["--likelihood.scale"] = _noise_key(config)
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -407,3 +407,47 @@ def test_bad_models_are_refused_in_one_line_naming_the_site():
     with pytest.raises(ValueError, match=r"site 'k' .*is discrete: NUTS samples continuous latents"):
         sample_posterior(discrete, x, y, num_samples=4, warmup=4)
     assert TracedModel(two_observations, observed="also").trace(x, y).observed_site == "also"
+
+
+def test_a_model_that_observes_its_own_data_is_refused_by_bayesian_network_in_one_line():
+    """BayesianNetwork around the user's whole Pyro model (it samples sigma and observes obs under its own data
+    plate): a one-line TypeError naming those sites and the way that works, both under plain Pyro SVI (inside
+    poutine.trace, where Pyro would otherwise fail on a second 'data' plate) and under fit, with nothing trained.
+    The same model used as it is trains (the supported way the message names)."""
+    x, y = sinusoid(16)
+    for run in (lambda model: SVI(model, NormalGuide(model), pyro.optim.Adam({"lr": 0.01}), Trace_ELBO()).step(x, y),
+                lambda model: fit(model, NormalGuide(model), x, y, epochs=1, batch_size=8, progress=False)):
+        pyro.clear_param_store()
+        model = BayesianNetwork(BNN(hidden=4), Gaussian(), num_data=len(x))
+        with pytest.raises(TypeError, match=r"PyroBNN's forward samples its own sites \['sigma', 'obs'\].*"
+                                            r"without BayesianNetwork .*TracedModel") as error:
+            run(model)
+        assert "\n" not in str(error.value)
+    pyro.clear_param_store()
+    model = BNN(hidden=4)
+    history = fit(model, NormalGuide(model), x, y, epochs=2, batch_size=8, progress=False)
+    assert len(history.epochs) == 2 and math.isfinite(history.epochs[-1]["loss"])
+    assert [site.name for site in network_model(model).sites()] == [
+        "layer1.weight", "layer1.bias", "layer2.weight", "layer2.bias", "sigma"]
+
+
+def test_a_network_with_only_pyrosample_parameters_and_deterministic_sites_passes_the_check():
+    """The check looks for the network's own sample statements only: PyroSample priors the user put on a layer and
+    a pyro.deterministic record pass, and the model's trace is the priors' sites and its one observation."""
+    first = PyroModule[nn.Linear](2, 3)
+    first.weight = PyroSample(dist.Normal(0., 0.5).expand([3, 2]).to_event(2))
+
+    class Recorded(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.first, self.last = first, nn.Linear(3, 1)
+
+        def forward(self, x):
+            hidden = pyro.deterministic("hidden", torch.tanh(self.first(x)))
+            return self.last(hidden).squeeze(-1)
+
+    model = BayesianNetwork(Recorded(), Gaussian(0.5), num_data=4)
+    trace = poutine.trace(model).get_trace(torch.randn(4, 2), torch.randn(4))
+    sampled = [name for name, site in trace.nodes.items() if site["type"] == "sample"
+               and not poutine.util.site_is_subsample(site)]
+    assert sampled == ["net.first.weight", "net.first.bias", "hidden", "net.last.weight", "net.last.bias", "obs"]

@@ -35,8 +35,9 @@ def test_splits_of_a_table_are_folds_each_a_cell_of_its_own(tmp_path):
 
 def test_cells_cached_before_the_data_options_existed_keep_their_keys():
     """The keys of d96a161, before --data.target and the other table options: a UCI cell of studies/uci.toml and a
-    NUTS cell keep theirs (their cached runs are found); setting one of the options makes a new key."""
-    argv = ["--dataset", "uci-boston", "--method", "mcdropout", "--split", "3"]
+    NUTS cell keep theirs (their cached runs are found); setting one of the options makes a new key. (The UCI cell
+    trained with the noise 0.1, then the default: it names it now that an unset noise is learned.)"""
+    argv = ["--dataset", "uci-boston", "--method", "mcdropout", "--split", "3", "--likelihood.scale", "0.1"]
     assert cache_key("train", parse_config(RunConfig, argv, "pyrobnn train")) == "02ced9d8237d"
     assert cache_key("mcmc", parse_config(MCMCConfig, ["--dataset", "uci-boston"], "pyrobnn mcmc")) == "01767b255a59"
     seeded = parse_config(RunConfig, [*argv, "--data.seed", "0"], "pyrobnn train")  # set, even to the rule's value
@@ -90,3 +91,27 @@ def test_the_default_baseline_is_the_first_method_of_each_data_set(tmp_path):
     assert one_axis.resolved_baseline() == "mcdropout"  # as before: the first label
     explicit = study.replace(baseline="method=map")
     assert explicit.resolved_baseline() == "method=map"
+
+
+def test_only_the_cells_whose_noise_became_learned_by_default_change_their_keys(tmp_path):
+    """A regression that leaves its noise unset, which was fixed at 0.1 and is now learned (pyrobnn.cli.noise),
+    trains again under a new key; the cells whose run did not change keep the keys they had before (computed at
+    c33612f): a classifier, a UCI cell whose noise --grid protocol chooses, a heteroscedastic regression. A table's
+    task is read from it: a regression table is keyed as learning its noise, a classification table is not."""
+    def key(*argv):
+        return cache_key("train", parse_config(RunConfig, list(argv), "pyrobnn train"))
+
+    uci = ["--dataset", "uci-boston", "--method", "mcdropout", "--split", "3"]
+    assert key(*uci) != "02ced9d8237d"  # its key when the unset noise was 0.1
+    assert key(*uci) != key(*uci, "--likelihood.scale", "1.0", "--likelihood.learn-scale")
+    assert key(*uci, "--grid", "protocol") == "c762009f229f"
+    assert key("--dataset", "mnist", "--method", "bbb") == "13c625caf759"
+    assert key("--dataset", "uci-boston", "--likelihood", "heteroscedastic") == "e8fcd16d290d"
+    assert key("--dataset", "sinusoid", "--likelihood.scale", "0.1") == "3aab3830901f"
+    regression = table(tmp_path)
+    (tmp_path / "labels.csv").write_text("a,b,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
+    for name, learned in ((regression, True), (f"csv:{tmp_path / 'labels.csv'}", False)):
+        config = parse_config(RunConfig, ["--dataset", name], "pyrobnn train")
+        unset = cache_key("train", config)
+        config.likelihood.scale = 0.1
+        assert (unset != cache_key("train", config)) == learned
