@@ -45,8 +45,10 @@ DropoutBase = nn.modules.dropout._DropoutNd
 
 
 def pyro_samples(module: nn.Module) -> dict:
-    """The ``PyroSample`` attributes of a PyroModule: ``{attribute: prior or callable}``."""
-    return getattr(module, "_pyro_samples", {})
+    """The ``PyroSample`` attributes of a PyroModule: ``{attribute: prior or callable}``; none for a plain module
+    (read from its own ``__dict__``: a wrapper that forwards attributes, as ``peft``'s does, must not lend its
+    child's)."""
+    return module.__dict__.get("_pyro_samples", {})
 
 
 def pyro_name(module: nn.Module) -> str:

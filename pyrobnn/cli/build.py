@@ -32,7 +32,7 @@ from pyrobnn.cli.options import (
     noise_precision,
     site_rates,
 )
-from pyrobnn.data import Columns, check_dataset, uci_protocol
+from pyrobnn.data import TEXT_DATASETS, Columns, canonical_name, check_dataset, uci_protocol
 from pyrobnn.data.splits import DEFAULT_FOLDS, holdout_size
 from pyrobnn.data.tables import table_source
 from pyrobnn.guides import GUIDES
@@ -197,12 +197,54 @@ def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
     try:
         net = build_net(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
-                          width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
+                        width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None), lora=lora_of(cfg))
     except ValueError as error:
         raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if cfg.model.init_from is not None:
         load_pretrained(net, cfg.model.init_from)
     return net, likelihood
+
+
+def lora_of(cfg):
+    """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
+    another network; a ``ValueError`` naming the option set for a network without them."""
+    model = getattr(cfg, "model", None)
+    if model is None or not hasattr(model, "lora_rank"):
+        return None
+    from pyrobnn.networks.hf import LoRA
+
+    default = LoRA()
+    given = {"--lora-rank": (model.lora_rank, default.r), "--lora-alpha": (model.lora_alpha, default.alpha),
+             "--lora-targets": (tuple(model.lora_targets), default.targets)}
+    if not model.name.lower().startswith("hf:"):
+        changed = [flag for flag, (value, base) in given.items() if value != base]
+        if changed:
+            raise ValueError(f"{changed[0]} sets the LoRA adapters of a pretrained network (--model hf:NAME), not of "
+                             f"--model {model.name}")
+        return None
+    try:
+        return LoRA(r=model.lora_rank, alpha=model.lora_alpha, targets=tuple(model.lora_targets))
+    except ValueError as error:
+        raise ValueError(f"--lora-rank/--lora-alpha/--lora-targets: {error}") from None
+
+
+def check_pretrained(cfg) -> None:
+    """A pretrained network's source before anything is written: the ``hf:`` name or folder (its weights there,
+    their hash), the LoRA options (:func:`lora_of`), and a text dataset for it. Raises ``ValueError``
+    (``ImportError`` naming the extra) naming the option."""
+    lora_of(cfg)
+    name = cfg.model.name
+    if not name.lower().startswith("hf:"):
+        return
+    from pyrobnn.networks.hf import pretrained_folder
+
+    try:
+        pretrained_folder(name[3:])
+    except ValueError as error:
+        raise ValueError(f"--model {name}: {error}") from None
+    if canonical_name(cfg.data.dataset) not in TEXT_DATASETS:
+        raise ValueError(f"--model {name} reads text: use a text dataset ({', '.join(TEXT_DATASETS)}), got "
+                         f"--dataset {cfg.data.dataset}")
 
 
 def load_pretrained(net: torch.nn.Module, path) -> None:
@@ -239,6 +281,11 @@ def check_data(cfg) -> None:
         in_range("--data.test-fraction", data.test_fraction, 0, 1, "()")
     if data.split_seed is not None:
         nonnegative_int("--data.seed", data.split_seed)
+    if getattr(data, "max_length", None) is not None:
+        positive_int("--data.max-length", data.max_length)
+        if canonical_name(data.dataset) not in TEXT_DATASETS:
+            raise ValueError(f"--data.max-length applies to text datasets ({', '.join(TEXT_DATASETS)}), not to "
+                             f"--dataset {data.dataset}")
     splits_rows = table_source(data.dataset) is not None or data.dataset.startswith("folder:")
     if data.split is not None:
         nonnegative_int("--split", data.split)
@@ -296,6 +343,7 @@ def check_run(cfg: RunConfig) -> None:
     check_noise(cfg, method_of(cfg))  # the method the options describe: its prior, guide, schedule, optimiser
     check_calibration(cfg)
     check_data(cfg)
+    check_pretrained(cfg)
 
 
 def check_batches(cfg: RunConfig, num_examples: int) -> None:

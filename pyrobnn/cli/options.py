@@ -130,7 +130,8 @@ RESUMABLE = ("--epochs", "--num-samples", "--device", "--compile", "--data-root"
 
 MAX_MEMORY_HINT = "(default: half the free GPU memory, or 2 on a CPU)"
 
-OODDataset = Annotated[Optional[str], arg(metavar="{" + ",".join(DATASETS) + "}", help_behavior_hint="(default: none)")]
+OODDataset = Annotated[Optional[str], arg(metavar="{" + ",".join((*DATASETS, "rotten-tomatoes")) + "}",
+                                         help_behavior_hint="(default: none)")]
 """``--ood-dataset`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
 Severities = Annotated[tuple[int, ...], arg(metavar="SEVERITY")]
 """``--corruptions`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
@@ -139,7 +140,7 @@ CorruptionTypes = Annotated[tuple[Literal[tuple(CORRUPTIONS)], ...],
 """``--corruption-types`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
 
 DATASET_METAVAR = "{" + ",".join(DATASETS) + ",folder:PATH,uci:PATH,csv:PATH,parquet:PATH,npz:PATH,py:MODULE:FUNCTION}"
-MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME}"
+MODEL_METAVAR = "{" + ",".join(NETWORKS) + ",tv:NAME,hf:NAME,hf:PATH}"
 
 
 def cli_spelling(value):
@@ -195,6 +196,9 @@ class DataOptions:
     """Test on a seeded random subset of this many examples."""
     val_size: int = 0
     """Hold out this many training examples and evaluate them after each epoch (0: none)."""
+    max_length: Annotated[Optional[int], arg(name="data.max-length", metavar="TOKENS",
+                                             help_behavior_hint="(default: 256)")] = None
+    """Text datasets (imdb): truncate or pad each text to this many tokens."""
     augment: bool = False
     ("Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, "
      "randomly cropped (padding 4) and flipped on the device; test images are normalised alike.")
@@ -234,8 +238,9 @@ class ModelOptions:
 
     name: Annotated[str, arg(name="model", metavar=MODEL_METAVAR)] = "mlp"
     ("Network: mlp, LeNet-300-100, LeNet-5, a small ViT, the CIFAR nets (lenet5-cifar, alexnet, resnet18, resnet50, "
-     "vgg16, wrn28-10, wrn<d>-<k>), a one-block transformer (text datasets: imdb) or a torchvision classifier "
-     "(tv:NAME).")
+     "vgg16, wrn28-10, wrn<d>-<k>), a one-block transformer (text datasets: imdb), a torchvision classifier "
+     "(tv:NAME), or a pretrained transformers classifier with LoRA adapters, its backbone frozen (hf:minilm-l6, "
+     "hf:PATH; the hf extra; texts are read with its own tokenizer).")
     hidden: tuple[int, ...] = (400,)
     """Hidden widths of the mlp, e.g. 1200 1200."""
     dropout: float = 0.0
@@ -249,6 +254,12 @@ class ModelOptions:
     init_from: Annotated[Optional[Path], arg(metavar="CHECKPOINT", help_behavior_hint="(default: none)")] = None
     ("Start the network from the weights of a deterministic run's checkpoint.pt (pyrobnn train --bayesian none, the "
      "same --model): the posterior means start at the pre-trained weights.")
+    lora_rank: int = 8
+    """hf: models: the rank r of the LoRA adapters."""
+    lora_alpha: float = 16.0
+    """hf: models: LoRA's alpha (the update is scaled by alpha / r)."""
+    lora_targets: Annotated[tuple[str, ...], arg(metavar="MODULE [MODULE ...]")] = ("query", "value")
+    """hf: models: the linear modules that get adapters (names as in the model, e.g. query key value dense)."""
 
 
 @dataclass
@@ -435,7 +446,9 @@ class OutputOptions:
     """Memory one prediction pass may hold, in GB: the passes of the test report are sized to fit it."""
     ood_dataset: OODDataset = None
     ("Also score how well the epistemic and the total uncertainty tell this dataset's test inputs from the test set"
-     " (AUROC, AUPR, FPR at 95 % TPR; e.g. fashion-mnist for mnist): metrics.json's test.ood.")
+     " (AUROC, AUPR, FPR at 95 % TPR; e.g. fashion-mnist for mnist, rotten-tomatoes for imdb): metrics.json's "
+     "test.ood; a shifted set with the same labels (rotten-tomatoes for imdb) also gets its accuracy, NLL, ECE and "
+     "Brier (test.ood.shifted).")
     corruptions: Severities = ()
     ("Also evaluate the test images corrupted at these severities (1-5), e.g. 3 or 1 2 3 4 5 (image datasets): "
      "metrics.json's test.corrupted.")
@@ -617,6 +630,7 @@ class ToyDataOptions(DataOptions):
     test_size: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: the dataset's own)")] = None
     """Generate this many test points (UCI: a seeded subset of the test split)."""
     val_size: Suppress[int] = 0  # NUTS samples on every training point
+    max_length: Suppress[Annotated[Optional[int], arg(name="data.max-length")]] = None  # no text
     augment: Suppress[bool] = False  # toy problems are not images
     split: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: 0)")] = None
     """UCI data sets (uci-NAME, uci:PATH): which of the fixed train/test splits, 0 to n_splits - 1."""
@@ -641,6 +655,9 @@ class MCMCModelOptions(ModelOptions):
     """Hidden widths of the mlp, e.g. 16 16."""
     dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
     init_from: Suppress[Optional[Path]] = None  # NUTS samples the weights; it starts from the seeded initial values
+    lora_rank: Suppress[int] = 8  # pretrained networks are fine-tuned with `pyrobnn train`
+    lora_alpha: Suppress[float] = 16.0
+    lora_targets: Suppress[tuple[str, ...]] = ("query", "value")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pyrobnn.cli.build import build, build_network, dataset_options, method_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
+from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.device import device_of, resolve_device
@@ -57,12 +58,27 @@ def load_data(cfg, validation: bool = False):
     data = load_dataset(cfg.data.dataset, cfg.data.data_root, train_size=cfg.data.train_size,
                         test_size=cfg.data.test_size, val_size=cfg.data.val_size, seed=seed_of(cfg),
                         dtype=torch.uint8 if augment else torch.float32, validation=validation,
-                        **dataset_options(cfg))
+                        **dataset_options(cfg), **text_options(cfg))
     aug = augmentation(cfg, data)
     if aug is None:
         return data
     normal = {k: None if v is None else aug.normalize(v) for k, v in (("x_val", data.x_val), ("x_test", data.x_test))}
     return dataclasses.replace(data, **normal)
+
+
+def text_options(cfg) -> dict:
+    """What a text dataset's loader takes from the run: ``--data.max-length`` and, for a pretrained network
+    (``--model hf:...``), its own tokenizer (:func:`pyrobnn.networks.hf.load_tokenizer`)."""
+    options = {} if getattr(cfg.data, "max_length", None) is None else {"max_length": cfg.data.max_length}
+    if cfg.model.name.lower().startswith("hf:"):
+        from pyrobnn.networks.hf import load_tokenizer
+
+        options["tokenizer"] = load_tokenizer(cfg.model.name[3:])
+    return options
+
+
+TEXT_SHIFTS = ("rotten-tomatoes",)
+"""The shifted sets of a text run (``--ood-dataset``), tokenised by the run's tokenizer."""
 
 
 CALIBRATION_SEED = 0
@@ -113,6 +129,11 @@ def load_ood(name: str, cfg, data):
     as the run's classification dataset (fashion-mnist for mnist)."""
     if data.task != "classification":
         raise ValueError(f"--ood-dataset needs a classification dataset; {cfg.data.dataset} is {data.task}")
+    if isinstance(data, TextSplits) or name in TEXT_SHIFTS:
+        if not isinstance(data, TextSplits) or name not in TEXT_SHIFTS:
+            raise ValueError(f"--ood-dataset {name}: a text run's shifted set is one of {', '.join(TEXT_SHIFTS)} "
+                             f"(for imdb), and it is no shift of {cfg.data.dataset}")
+        return rotten_tomatoes_splits(data.tokenizer, data.input_shape[0], cfg.data.test_size, seed_of(cfg))
     if isinstance(name, str) and canonical_name(name) == data.name:
         raise ValueError(f"--ood-dataset {name} is the dataset the run is tested on: name another dataset of the "
                          "same input shape (e.g. fashion-mnist for mnist)")
@@ -163,7 +184,10 @@ def test_report(model, guide, data, num_samples: int, seed: int, reliability: Op
     if calibrator is not None:
         report.update(calibrator.report(mixture, data.y_test))
     if ood is not None:
-        report["ood"] = {"dataset": ood.name, **ood_metrics(pred, predicted(model, guide, ood.x_test, **options)[0])}
+        shifted = predicted(model, guide, ood.x_test, **options)[0]
+        report["ood"] = {"dataset": ood.name, **ood_metrics(pred, shifted)}
+        if ood.classes is not None and ood.classes == data.classes:  # the same labels: a shift, scored as the test
+            report["ood"]["shifted"] = classification_report(shifted, ood.y_test)
     return report
 
 

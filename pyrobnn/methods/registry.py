@@ -29,6 +29,7 @@ from pyrobnn.methods.ivon import IVON
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.model.priors import GaussianPrior, LogUniformPrior, NodePrior, ScaleMixturePrior
+from pyrobnn.networks.hf import LORA_A_SITES
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "resolve_method"]
 
@@ -109,6 +110,12 @@ METHODS: dict[str, Method] = {
                                      paper="Graves 2011 as the VariationalMLP.jl thesis trains it (paper 001): learned "
                                            "log variance from a tiny sigma, N(0, 1) prior, KL warm-up then linear "
                                            "annealing"),
+    "blob": Variational(
+        prior=GaussianPrior(scale=0.2), guide=partial(NormalGuide, init_rho=-6.0), estimator="flipout",
+        beta=Geometric(), num_samples=10, sites=LORA_A_SITES,
+        paper="Wang et al. 2024, BLoB: Bayesian Low-Rank Adaptation by Backpropagation: a mean-field Gaussian on the "
+              "LoRA A matrices (B and the head point estimates), N(0, 0.2^2) prior, sigma from 0.0025 (their "
+              "eps = 0.05, sigma = eps^2), flipout, the geometric per-minibatch KL re-weighting, 10 test samples"),
     "mcdropout": Variational(prior=GaussianPrior(scale=1.0), guide=partial(DropoutGuide, rate=0.5), estimator="local",
                              paper="Gal & Ghahramani 2016, Dropout as a Bayesian Approximation: p = 0.5 before every "
                                    "weight layer, one mask per example, N(0, 1) prior as weight decay"),

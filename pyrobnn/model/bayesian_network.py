@@ -8,7 +8,6 @@ from typing import Sequence
 
 import torch
 from pyro.nn import PyroModule
-from pyro.nn.module import to_pyro_module_
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import get_plates
 from pyro.poutine.util import site_is_subsample
@@ -16,7 +15,15 @@ from torch import nn
 
 from pyrobnn._compat import pyro_context
 from pyrobnn.handlers.particles import ParticlesUnsupported, align_targets, current_particles
-from pyrobnn.model.conversion import NORMALIZATION_LAYERS, Selector, Site, bayesian, bayesian_sites
+from pyrobnn.model.conversion import (
+    NORMALIZATION_LAYERS,
+    Selector,
+    Site,
+    bayesian,
+    bayesian_sites,
+    link_pyro_modules,
+    to_pyro_modules_,
+)
 from pyrobnn.model.likelihoods import Categorical, Likelihood
 from pyrobnn.model.param_store import claim
 from pyrobnn.model.priors import Prior
@@ -113,10 +120,11 @@ class BayesianNetwork(PyroModule):
         if likelihood is not None and not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a pyrobnn Likelihood, got {likelihood!r}")
         if deterministic:
-            to_pyro_module_(net)
+            to_pyro_modules_(net)
         else:
             bayesian(net, prior, include=include, exclude=exclude)
         self.net = net
+        link_pyro_modules(self)
         self.likelihood = likelihood if likelihood is not None else Categorical()
         self.num_data = num_data
         self.input_shape = tuple(input_shape) if input_shape is not None else None
@@ -131,7 +139,8 @@ class BayesianNetwork(PyroModule):
         a fit saved with ``pyro.get_param_store().save`` is restored whether it is loaded before or after the
         model is built. Run when the model is built and before every pass of the network."""
         for fullname, parameter in self.named_parameters():
-            if not fullname.endswith("_unconstrained"):  # PyroParams sync with the store themselves
+            # PyroParams sync with the store themselves; a frozen parameter is a constant, never in the store
+            if parameter.requires_grad and not fullname.endswith("_unconstrained"):
                 claim(fullname, parameter, "the model")
 
     @property
@@ -177,10 +186,11 @@ class BayesianNetwork(PyroModule):
     def _call_net(self, x: torch.Tensor) -> torch.Tensor:
         """``self.net(x)``; its first pass also checks that the network samples nothing of its own (it is no
         Pyro model with its own observation), a ``TypeError`` naming the way that works if it does."""
+        net = self._modules["net"]  # not self.net: Pyro would register a plain network with pyro.module every pass
         if self._net_checked:
-            return self.net(x)
+            return net(x)
         with _OwnSampleSites({site.name for site in self.sites()}) as own:
-            output = self.net(x)
+            output = net(x)
         if own.found:
             raise TypeError(
                 f"BayesianNetwork(net): {type(self.net).__name__}'s forward samples its own sites {own.found}, so it "

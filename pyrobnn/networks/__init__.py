@@ -4,7 +4,8 @@ MNIST-sized: ``mlp``, ``lenet300-100``, ``lenet5``, ``vit``. CIFAR-10 (3x32x32 i
 and ``alexnet`` as paper 000 defines them, ``resnet18``, ``resnet50`` (CIFAR stem), ``vgg16`` (BatchNorm),
 ``wrn28-10`` (any ``wrn<depth>-<k>``). Every one is a plain ``nn.Module`` that
 :class:`~pyrobnn.BayesianNetwork` converts, and runs under every estimator handler, ``vdp`` included.
-:class:`PyroBNN` is a whole Pyro model instead, the README's "Your own Pyro model".
+:class:`PyroBNN` is a whole Pyro model instead, the README's "Your own Pyro model". ``hf:<name>`` and ``hf:<path>``
+are pretrained ``transformers`` classifiers with LoRA adapters (:mod:`pyrobnn.networks.hf`, the ``hf`` extra).
 """
 
 from __future__ import annotations
@@ -157,6 +158,23 @@ def _torchvision(name: str, input_shape: tuple, num_outputs: int, width: float) 
     return nn.Sequential(_GreyToRGB(), net) if input_shape[0] == 1 else net
 
 
+def _pretrained(source: str, input_shape: tuple, num_outputs: int, width: float, dropout: float,
+                vocab_size: int | None, lora) -> nn.Module:
+    from pyrobnn.networks import hf
+
+    if len(input_shape) != 1 or vocab_size is None:
+        raise ValueError(f"hf:{source} reads token ids (a text dataset such as imdb), got input shape {input_shape}")
+    if width != 1 or dropout:
+        raise ValueError(f"width and dropout do not apply to hf:{source} (a pretrained network keeps its own): use 1 "
+                         f"and 0, got {width!r} and {dropout!r}")
+    net = hf.load_classifier(source, num_outputs, lora=hf.LoRA() if lora is None else lora)
+    vocabulary = net.model.config.vocab_size
+    if vocab_size > vocabulary:
+        raise ValueError(f"hf:{source} reads ids of its own tokenizer ({vocabulary} ids), the dataset has "
+                         f"{vocab_size}: load the text with the model's tokenizer (pyrobnn.networks.hf.load_tokenizer)")
+    return net
+
+
 def build_net(
     name: str,
     input_shape: Sequence[int],
@@ -166,6 +184,7 @@ def build_net(
     dropout: float = 0.0,
     width: float = 1.0,
     vocab_size: int | None = None,
+    lora=None,
 ) -> nn.Module:
     """Build a network by name for inputs of ``input_shape`` (per example) and ``num_outputs`` outputs.
 
@@ -179,11 +198,18 @@ def build_net(
     ``width=0.1`` is WRN-28-1). ``tv:<name>`` is ``torchvision.models.get_model(name, num_classes=num_outputs)``
     (random init; grey inputs are repeated to 3 channels). ``transformer`` is the one-block
     :class:`TransformerClassifier` of token ids ``(L,)`` over ``vocab_size`` words (text datasets, e.g. imdb), the
-    only model that takes them.
+    only one of the built-in models that takes them. ``hf:<name>`` (:data:`~pyrobnn.networks.hf.PRETRAINED`) and
+    ``hf:<path>`` are a pretrained ``transformers`` classifier with ``lora`` adapters
+    (:class:`~pyrobnn.networks.hf.LoRA`, default r 8 on query and value) and a new head, its backbone frozen;
+    its token ids must come from its own tokenizer (:func:`~pyrobnn.networks.hf.load_tokenizer`).
     """
     key = name.lower()
     key = _ALIASES.get(key, key)
     input_shape = tuple(int(n) for n in input_shape)
+    if key.startswith("hf:"):
+        return _pretrained(name[3:], input_shape, num_outputs, width, dropout, vocab_size, lora)
+    if lora is not None:
+        raise ValueError(f"lora applies to pretrained networks (hf:NAME), not to {name!r}")
     if key.startswith("tv:"):
         return _torchvision(name[3:], input_shape, num_outputs, width)
     builder = NETWORKS.get(key)
@@ -191,10 +217,10 @@ def build_net(
     if builder is None and wide:
         builder = _wide_resnet(key, int(wide[1]), int(wide[2]))
     if builder is None:
-        raise ValueError(f"unknown network {name!r}; choose one of {list(NETWORKS)}, 'wrn<depth>-<k>' or "
-                         "'tv:<torchvision name>'")
+        raise ValueError(f"unknown network {name!r}; choose one of {list(NETWORKS)}, 'wrn<depth>-<k>', "
+                         "'tv:<torchvision name>' or 'hf:<pretrained name or folder>'")
     if (vocab_size is not None) != (builder is _transformer):
-        raise ValueError(f"network {name!r} does not read token ids; use --model transformer for text"
-                         if vocab_size is not None else f"network {name!r} needs a text dataset (token ids)")
+        raise ValueError(f"network {name!r} does not read token ids; use --model transformer or hf:NAME for "
+                         "text" if vocab_size is not None else f"network {name!r} needs a text dataset (token ids)")
     extra = {"vocab_size": vocab_size} if builder is _transformer else {}
     return builder(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width, **extra)
