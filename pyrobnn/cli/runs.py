@@ -20,9 +20,9 @@ from pyrobnn.cli.build import build, build_network, dataset_options, method_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, shown
 from pyrobnn.data import canonical_name, load_dataset
-from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
+from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.mcmc import MCMCResult
