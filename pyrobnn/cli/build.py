@@ -232,14 +232,14 @@ def check_pretrained(cfg) -> None:
     """A pretrained network's source before anything is written: the ``hf:`` name or folder (its weights there,
     their hash), the LoRA options (:func:`lora_of`), and a text dataset for it. Raises ``ValueError``
     (``ImportError`` naming the extra) naming the option."""
-    lora_of(cfg)
+    lora = lora_of(cfg)
     name = cfg.model.name
     if not name.lower().startswith("hf:"):
         return
-    from pyrobnn.networks.hf import pretrained_folder
+    from pyrobnn.networks.hf import check_lora
 
     try:
-        pretrained_folder(name[3:])
+        check_lora(name[3:], lora)
     except ValueError as error:
         raise ValueError(f"--model {name}: {error}") from None
     if canonical_name(cfg.data.dataset) not in TEXT_DATASETS:

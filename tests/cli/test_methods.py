@@ -130,7 +130,8 @@ def test_help_lists_the_methods(capsys, monkeypatch):
         assert flag in text
 
 
-TRAINED = [name for name, method in METHODS.items() if method.command == "train"]
+TRAINED = [name for name, method in METHODS.items() if method.command == "train" and method.sites is None]
+"""The presets ``pyrobnn train`` runs on a toy network (BLoB's adapters: tests/networks/test_hf.py)."""
 
 LONGER = {"swag": ["--epochs", "2"], "multiswag-5": ["--epochs", "2"]}
 """What a preset needs beyond one epoch of TOY: SWAG collects two iterates (one per epoch)."""
