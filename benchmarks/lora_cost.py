@@ -131,7 +131,8 @@ def main() -> None:
               "blob_10_draws_over_10_map_passes": median["blob"]["predict_s"] / median["map"]["predict_s"],
               "torch": torch.__version__, "threads": torch.get_num_threads()}
     result["seconds"] = time.perf_counter() - tick
-    for key in ("blob_over_map_step", "blob_over_map_memory", "map_over_plain_step", "blob_10_draws_over_10_map_passes"):
+    for key in ("blob_over_map_step", "blob_over_map_memory", "map_over_plain_step",
+                "blob_10_draws_over_10_map_passes"):
         print(f"{key}: {result[key]:.3f}")
     print(json.dumps(result))
 

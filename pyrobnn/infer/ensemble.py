@@ -60,9 +60,9 @@ class EnsembleResult(Draws):
 
 
 def trained_state(model) -> list[str]:
-    """Names of the model's state that training changes outside its Bayesian sites: deterministic parameters and
-    BatchNorm running statistics."""
-    names = [name for name, _ in model.named_parameters()]
+    """Names of the model's state that training changes outside its Bayesian sites: deterministic parameters (not the
+    frozen ones, which no training changes) and BatchNorm running statistics."""
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
     names += [f"{name}.running_mean" for name, module in model.named_modules()
               if isinstance(module, BatchNormBase) and module.track_running_stats]
     return names

@@ -8,11 +8,9 @@ reached: a graph with no Python in it. :func:`replay` then runs that graph witho
 
 - ``"trace"``: a TorchScript recording of the graph, replayed without TorchScript's optimisations: the same
   operations in the same order, random draws included, so a seed gives the eager numbers (built in milliseconds).
-  An operation whose arguments TorchScript's tracer has no type for (the list of booleans of
-  ``aten.convolution_backward`` and of the normalisations' backward passes) is called through a small scripted
-  function with that list written into it (:func:`typed`); such a graph (TorchScript's interpreter fails on the
-  second of two traced ones, see :func:`replay`), and one the tracer still refuses, is replayed by the FX graph's
-  own generated Python, operation by operation;
+  A graph with an operation whose arguments TorchScript's tracer has no type for (the list of booleans of
+  ``aten.convolution_backward`` and of the normalisations' backward passes, see :func:`replay`), and one the tracer
+  refuses otherwise, is replayed by the FX graph's own generated Python, operation by operation;
 - ``"inductor"``: the graph compiled by TorchInductor into fused kernels (seconds to build on a first run, read from
   inductor's on-disk cache on a later one; then the elementwise work over all weights is a few kernels), its random
   numbers drawn with torch's generator (``fallback_random``), so it too gives the eager draws.
@@ -32,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import operator
 import os
 import warnings
 from typing import Callable, TypeVar
@@ -44,7 +41,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from pyrobnn._compat import FakeTensorMode, TracingContext, inductor_cache_dir, inductor_compile, tracing
 from pyrobnn.checks import choice
 
-__all__ = ["COMPILE_MODES", "LADDER", "ExecutorFailed", "simpler", "build", "fall_back", "record", "replay", "typed",
+__all__ = ["COMPILE_MODES", "LADDER", "ExecutorFailed", "simpler", "build", "fall_back", "record", "replay",
            "check_mode", "auto_mode", "is_convolutional", "resolve", "first_line", "inductor_repays", "fingerprint",
            "ExecutorCosts", "RECORD_STEPS_CPU"]
 
@@ -197,17 +194,18 @@ def replay(graph: torch.fx.GraphModule, inputs, mode: str) -> Callable:
     """``graph`` as a callable of ``inputs``-shaped tensors, run by executor ``mode`` (``"trace"`` or
     ``"inductor"``, see the module docstring)."""
     if mode == "trace":
-        replayed = typed(_pruned(graph))
-        if any("_typed_" in getattr(node.target, "__name__", "") for node in replayed.graph.nodes):
-            # Traced graphs that call typed TorchScript run, but once a second one is traced (a last partial batch
-            # records its own), the first one's next call fails inside TorchScript's interpreter (torch 2.14:
+        replayed = _pruned(graph)
+        if any(node.op == "call_function" and _untypeable(node) for node in replayed.graph.nodes):
+            # TorchScript's tracer has no type for these (a convolution's gradient). Calling each through a scripted
+            # function that holds its arguments typed them, but once a second such graph was traced (a last partial
+            # batch records its own) the first one's next call failed inside TorchScript's interpreter (torch 2.14:
             # "stack.size() >= inst.N" INTERNAL ASSERT, or a segmentation fault; LeNet-5 on CIFAR-10, 5,000
             # examples, 2 epochs, benchmarks/epoch.py). The FX graph's own Python replays them safely.
             return replayed
         try:
             with _quiet(), torch.no_grad():
                 traced = torch.jit.trace(replayed, tuple(inputs), check_trace=False)
-        except RuntimeError:  # an argument the tracer has no type for, beyond those typed() writes in
+        except RuntimeError:  # an argument of a kind the tracer has no type for
             return replayed
 
         def run(*args):
@@ -232,68 +230,11 @@ def _pruned(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return module
 
 
-def _constant(value) -> str | None:
-    """``value`` written as TorchScript source, or None when it is not a plain constant (a tensor, a dtype)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return repr(value)
-    if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else f"float({str(value)!r})"
-    if isinstance(value, (list, tuple)) and value:
-        parts = [_constant(v) for v in value]
-        return None if None in parts else f"[{', '.join(parts)}]"
-    return None
-
-
 def _untypeable(node: torch.fx.Node) -> bool:
     """Whether ``node`` calls an ATen operation with a list of booleans, which TorchScript's tracer cannot type."""
     return isinstance(node.target, torch._ops.OpOverload) and any(
         isinstance(a, (list, tuple)) and any(isinstance(v, bool) for v in a) for a in (*node.args,
                                                                                         *node.kwargs.values()))
-
-
-def typed(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``graph`` with each operation TorchScript's tracer cannot type (:func:`_untypeable`) called through a scripted
-    function that holds its constant arguments in its source and returns only the outputs the graph reads: the
-    tracer then records a call of typed TorchScript. Changed in place; returned."""
-    for index, node in enumerate(list(graph.graph.nodes)):
-        if node.op != "call_function" or not _untypeable(node):
-            continue
-        tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
-        rendered = [f"t{tensors.index(a)}" if isinstance(a, torch.fx.Node) else _constant(a) for a in node.args]
-        keywords = {k: _constant(v) for k, v in node.kwargs.items()}
-        if None in rendered or None in keywords.values():
-            continue  # an argument of another kind: left to the tracer (or to the Python replay)
-        rendered += [f"{k}={v}" for k, v in keywords.items()]
-        outputs = isinstance(node.meta.get("val"), (tuple, list))
-        if outputs and not all(user.target is operator.getitem for user in node.users):
-            continue
-        for user in [user for user in node.users if outputs and not user.users]:  # an output nobody reads may be
-            graph.graph.erase_node(user)  # undefined (its flag False), which the tracer cannot hold
-        used = sorted({user.args[1] for user in node.users}) if outputs else []
-        packet = node.target.overloadpacket
-        returned = f"({', '.join(f'r[{i}]' for i in used)},)" if outputs else "r"
-        source = (f"def call({', '.join(f't{i}: Tensor' for i in range(len(tensors)))}):\n"
-                  f"    r = torch.ops.{packet._qualified_op_name.replace('::', '.')}({', '.join(rendered)})\n"
-                  f"    return {returned}\n")
-        try:
-            scripted = torch.jit.CompilationUnit(source).call
-        except RuntimeError:
-            continue
-
-        def call(*args, scripted=scripted):
-            return scripted(*args)
-
-        call.__name__ = f"{packet.__name__}_typed_{index}"
-        with graph.graph.inserting_before(node):
-            new = graph.graph.call_function(call, tuple(tensors))
-        for user in list(node.users):
-            if outputs:
-                user.args = (new, used.index(user.args[1]))
-            else:
-                user.replace_input_with(node, new)
-        graph.graph.erase_node(node)
-    graph.recompile()
-    return graph
 
 
 # -- what inductor costs, measured -------------------------------------------------------------------------------

@@ -188,8 +188,8 @@ class PretrainedTokenizer:
 
 
 class SequenceClassifier(nn.Module):
-    r"""A pretrained ``transformers`` network (with or without ``peft`` adapters) as a classifier of token ids ``(B, L)``
-    returning logits ``(B, num_labels)``; the attention mask is recomputed as ``ids != pad_id``.
+    r"""A pretrained ``transformers`` network (with or without ``peft`` adapters) as a classifier of token ids
+    ``(B, L)`` returning logits ``(B, num_labels)``; the attention mask is recomputed as ``ids != pad_id``.
 
     Without ``head``, ``model`` is a sequence classifier (``AutoModelForSequenceClassification``: its own pooling and
     head, ``.logits`` of its output). With a ``head`` (an ``nn.Linear``), ``model`` is the bare encoder

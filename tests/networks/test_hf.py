@@ -17,10 +17,9 @@ from pyro.infer.autoguide import AutoNormal
 
 from pyrobnn import BayesianNetwork
 from pyrobnn.guides import NormalGuide
-from pyrobnn.methods import METHODS
+from pyrobnn.methods import METHODS, load_posterior
 from pyrobnn.methods.base import member_builder
-from pyrobnn.networks import MLP, build_net
-from pyrobnn.networks import hf
+from pyrobnn.networks import MLP, build_net, hf
 from tests.support import error_line, run_cli
 
 pytestmark = pytest.mark.skipif(
@@ -89,7 +88,7 @@ def test_only_the_adapters_and_the_head_train_and_the_adapted_network_starts_as_
     lora = {name: n for name, n in trainable.items() if "lora_" in name}
     assert len(lora) == 24 and sum(lora.values()) == 73_728  # 6 layers x (query, value) x (A 8x384, B 384x8)
     assert sum(trainable.values()) - sum(lora.values()) == 384 * 2 + 2  # the new head
-    assert all(float(p.abs().max()) == 0 for name, p in net.named_parameters() if "lora_B" in name)
+    assert all(float(p.detach().abs().max()) == 0 for name, p in net.named_parameters() if "lora_B" in name)
 
 
 def test_padding_columns_at_the_end_do_not_change_the_logits(reviews, tokenizer):
@@ -102,24 +101,45 @@ def test_padding_columns_at_the_end_do_not_change_the_logits(reviews, tokenizer)
     torch.testing.assert_close(whole, net(short).detach(), atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["map", "blob", "mcdropout"])
+SMALL = {"ensemble-5": dict(members=2), "multiswag-5": dict(members=2)}
+"""Settings that keep a method's test to seconds."""
+
+
+@pytest.mark.parametrize("name", ["map", "blob", "mcdropout", "flipout", "vd-additive", "ensemble-5", "laplace",
+                                  "swag", "ivon"])
 def test_each_method_trains_the_adapters_and_leaves_the_frozen_backbone_as_it_was(name, reviews):
     net = hf.load_classifier("minilm-l6", 2)
     frozen = _backbone_weight(net).detach().clone()
-    method = dataclasses.replace(METHODS[name], batch_size=16, num_samples=2)
-    posterior = method.fit(net, reviews.x_train, reviews.y_train, epochs=1, seed=0)
+    method = dataclasses.replace(METHODS[name], batch_size=16, num_samples=2, **SMALL.get(name, {}))
+    posterior = method.fit(net, reviews.x_train, reviews.y_train, epochs=2, seed=0)
     assert torch.equal(_backbone_weight(net), frozen) and not _backbone_weight(net).requires_grad
     sites = [site.name for site in posterior.model.sites()]
     if name == "blob":  # BLoB: a Gaussian on the A matrices only; B and the head are points without a prior
         assert len(sites) == 12 and all(".lora_A." in s for s in sites)
-        assert any(float(p.abs().max()) > 0 for n, p in net.named_parameters() if "lora_B" in n)
+        assert any(float(p.detach().abs().max()) > 0 for n, p in net.named_parameters() if "lora_B" in n)
     else:
         assert len(sites) == 26 and sites[-1] == "net.head.bias"  # 24 adapter matrices, the head's weight and bias
+    if posterior.kind != "variational":  # draws of the adapters: they differ from draw to draw
+        draws = posterior.draw(2)
+        assert set(sites) <= set(draws) and not torch.equal(*draws[sites[-1]][:2])
     assert not any("base_layer" in s or "bert.embeddings" in s for s in sites)
     probs = posterior.predict(reviews.x_test)["probs"]
     assert probs.shape == (16, 2) and torch.allclose(probs.sum(-1), torch.ones(16))
     metrics = posterior.evaluate(reviews.x_test, reviews.y_test)
     assert 0 <= metrics["accuracy"] <= 1 and metrics["nll"] > 0
+
+
+def test_a_saved_posterior_holds_the_adapters_not_the_backbone_and_loads_back(reviews, tmp_path):
+    method = dataclasses.replace(METHODS["blob"], batch_size=16, num_samples=2)
+    posterior = method.fit(hf.load_classifier("minilm-l6", 2), reviews.x_train, reviews.y_train, epochs=1, seed=0)
+    posterior.save(tmp_path / "blob.pt")
+    assert (tmp_path / "blob.pt").stat().st_size < 2e6  # the adapters and the head, not the 91 MB backbone
+    fresh = method.build(hf.load_classifier("minilm-l6", 2), num_data=len(reviews.x_train))
+    loaded = load_posterior(tmp_path / "blob.pt", *fresh, num_samples=2)
+    torch.manual_seed(0)
+    again = loaded.predict(reviews.x_test)["probs"]
+    torch.manual_seed(0)
+    torch.testing.assert_close(again, posterior.predict(reviews.x_test)["probs"])
 
 
 def test_a_users_own_peft_model_trains_in_a_plain_pyro_svi_script_with_ours_and_pyros_guides(reviews):
@@ -206,3 +226,9 @@ def test_the_command_line_fine_tunes_with_blob_and_scores_the_rotten_tomatoes_sh
     assert test["ood"]["dataset"] == "rotten-tomatoes" and 0 <= test["ood"]["auroc_total"] <= 1
     shifted = test["ood"]["shifted"]
     assert 0 <= shifted["accuracy"] <= 1 and shifted["nll"] > 0 and 0 <= shifted["ece"] <= 1
+    assert (out / "checkpoint.pt").stat().st_size < 2e6  # the adapters, not the frozen backbone
+    capsys.readouterr()
+    assert run_cli(["evaluate", "--checkpoint", out / "checkpoint.pt", "--num-samples", 2, "--json",
+                    tmp_path / "again.json", "--no-progress"]) == 0, capsys.readouterr().err
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["test"]["accuracy"] == pytest.approx(test["accuracy"], abs=0.13)  # 16 reviews, other draws
