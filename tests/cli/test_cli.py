@@ -426,7 +426,7 @@ def test_choices_come_from_the_registries_in_one_spelling(capsys, monkeypatch):
     for flag, names in (("--prior", PRIORS), ("--guide", GUIDES), ("--beta", ("auto", *SCHEDULES)),
                         ("--estimator", ESTIMATORS)):
         assert f"{flag} {{{','.join(names)}}}" in train_help, flag
-    assert "{" + ",".join(NETWORKS) + ",tv:NAME}" in train_help
+    assert "{" + ",".join(NETWORKS) + ",tv:NAME,hf:NAME,hf:PATH}" in train_help
     assert "log-variance" in train_help and "cross-entropy" in train_help
     assert "log_variance" not in train_help and "cross_entropy" not in train_help
     prune_help = _help(["prune", "--help"], capsys)
@@ -717,7 +717,7 @@ def test_implicit_bnn_trains_and_evaluates_from_the_command_line(tmp_path, capsy
 def test_text_needs_the_transformer_and_the_transformer_needs_text():
     from pyrobnn.networks import build_net
 
-    with pytest.raises(ValueError, match="use --model transformer for text"):
+    with pytest.raises(ValueError, match="use --model transformer or hf:NAME for text"):
         build_net("mlp", (16,), 2, vocab_size=100)
     with pytest.raises(ValueError, match="needs a text dataset"):
         build_net("transformer", (16,), 2)

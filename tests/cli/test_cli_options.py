@@ -23,6 +23,7 @@ TOY = ["--dataset", "two-moons", "--train-size", "40", "--test-size", "20", "--h
 MIXTURE = ["--prior", "node", "--guide", "mixture-node"]
 SWAG = ["--guide", "point", "--optimizer", "sgd", "--epochs", "4", "--swag"]
 SGMCMC = ["--guide", "point", "--sgmcmc", "sghmc"]
+HF = ["--dataset", "imdb", "--model", "hf:minilm-l6", "--data.max-length", "16"]
 
 TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     # flag: (its non-default value on the command line, the other options it needs)
@@ -46,6 +47,10 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--width": (["0.5"], []),
     "--bayesian": (["last-layer"], []),
     "--init-from": (["{pretrained}"], []),
+    "--data.max-length": (["16"], ["--dataset", "imdb", "--model", "transformer"]),
+    "--lora-rank": (["4"], HF),
+    "--lora-alpha": (["8"], HF),
+    "--lora-targets": (["query", "key"], HF),
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
     "--prior.fan-in": ([], []),
@@ -138,6 +143,7 @@ MCMC_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--width": (["0.5"], []),
     "--bayesian": (["last-layer"], []),
     "--init-from": None,  # NUTS starts from the seeded initial weights
+    **dict.fromkeys(["--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets"]),  # pyrobnn train's
     "--prior": (["scale-mixture"], []),
     "--prior.scale": (["0.5"], []),
     "--prior.fan-in": ([], []),
