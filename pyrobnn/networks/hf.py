@@ -151,7 +151,7 @@ def pretrained_folder(source: str | os.PathLike) -> Path:
 class PretrainedTokenizer:
     """A model's own tokenizer (``transformers.AutoTokenizer``, its fast Rust implementation) as pyrobnn's text
     loaders take one (:class:`~pyrobnn.data.text.Tokenizer`): ``encode(texts, max_length)`` gives int64 ids right-
-    padded with :attr:`pad_id`, ``[CLS] ... [SEP]`` included, texts truncated to ``max_length`` tokens."""
+    padded with ``pad_id``, ``[CLS] ... [SEP]`` included, texts truncated to ``max_length`` tokens."""
 
     def __init__(self, tokenizer):
         if tokenizer.pad_token_id is None:
@@ -171,7 +171,7 @@ class PretrainedTokenizer:
         return self.tokenizer.tokenize(text)
 
     def encode(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
-        """Token ids of ``texts``, ``(len(texts), max_length)`` int64, right-padded with :attr:`pad_id`."""
+        """Token ids of ``texts``, ``(len(texts), max_length)`` int64, right-padded with ``pad_id``."""
         max_length = positive_int("max_length", max_length)
         if isinstance(texts, str):
             texts = [texts]
