@@ -7,7 +7,7 @@ export PYROBNN_DATA
 # Sphinx: warnings are errors (a broken reference, a docstring that does not parse, a public name without one).
 SPHINX := $(PY) -m sphinx -b html -n -W --keep-going -q
 
-.PHONY: venv demo test check docs docs-ci wheel bench clean
+.PHONY: venv demo test slow check docs docs-ci wheel bench clean
 
 venv: $(VENV)/.installed
 
@@ -27,10 +27,13 @@ demo: venv
 test: venv
 	$(PY) -m pytest -m "not slow" -n 2
 
-# Everything CI runs: the fast loop and the slow checks (the NUTS agreement with Pyro and NumPyro, the documentation
-# site at its CI size, the release check, Dask, processes, full-size runs).
-check: venv
-	$(PY) -m pytest
+# The slow checks alone (the NUTS agreement with Pyro and NumPyro, the documentation site at its CI size, the release
+# check, Dask, processes, full-size runs), one at a time.
+slow: venv
+	$(PY) -m pytest -m slow
+
+# Everything CI runs (.ci/run): the fast loop, then the slow checks.
+check: test slow
 
 # The site as a reader gets it, tutorials at full size (minutes each): docs/_build/html/index.html
 docs: venv
