@@ -208,9 +208,7 @@ def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
 def lora_of(cfg):
     """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
     another network; a ``ValueError`` naming the option set for a network without them."""
-    model = getattr(cfg, "model", None)
-    if model is None or not hasattr(model, "lora_rank"):
-        return None
+    model = cfg.model
     from pyrobnn.networks.hf import LoRA
 
     default = LoRA()

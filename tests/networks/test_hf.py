@@ -193,6 +193,8 @@ def test_bad_sources_are_one_clear_error(tmp_path, monkeypatch):
         hf.pretrained_folder(tmp_path)
     with pytest.raises(ValueError, match=r"LoRA targets \['qkv'\] match no linear module.*'query'"):
         hf.load_classifier("minilm-l6", 2, lora=hf.LoRA(targets=("query", "qkv")))
+    with pytest.raises(ValueError, match=r"reads ids of its own tokenizer \(30522 ids\), the dataset has 20000"):
+        build_net("hf:minilm-l6", (16,), 2, vocab_size=20000)  # a word tokenizer's ids: refused, not embedded
     wrong = dataclasses.replace(hf.PRETRAINED["minilm-l6"], sha256="0" * 64)
     monkeypatch.setitem(hf.PRETRAINED, "minilm-l6", wrong)
     with pytest.raises(ValueError, match="has SHA-256 53aa5117.*expected 0000"):
