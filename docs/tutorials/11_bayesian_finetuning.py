@@ -19,8 +19,8 @@ length. ``studies/lora_imdb.toml`` is the same comparison over 3 seeds with erro
 
 The output on this page is from its CI size (``PYROBNN_TUTORIAL_SIZE=ci``: 64 reviews of 64 tokens, one epoch,
 seconds to run: the methods barely move from the pretrained network and its untrained head); run the script without
-it for the full size (the study's: 500 reviews of 96 tokens, five epochs at Adam's 5e-3, about 25 minutes on 2
-cores).
+it for the full size (one seed of the study: 500 reviews of 96 tokens, five epochs at Adam's 5e-3; the study's
+cells took 6.5 to 9 minutes each on 2 cores).
 """
 
 # %%
