@@ -29,7 +29,7 @@ from pyrobnn.methods.ivon import IVON
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.model.priors import GaussianPrior, LogUniformPrior, NodePrior, ScaleMixturePrior
-from pyrobnn.networks.hf import LORA_A_SITES
+from pyrobnn.networks.hf import FINETUNING, LORA_A_SITES
 
 __all__ = ["METHODS", "FAMILIES", "METHOD_NAMES", "resolve_method"]
 
@@ -41,6 +41,10 @@ BBB = Variational(
           "scale-mixture prior at the optimum of their grid (pi = 1/4, sigma1 = 1, sigma2 = e^-8), sigma = "
           "softplus(rho) from rho0 = -5, 5 weight samples per minibatch, the geometric per-minibatch KL weights, Adam "
           "at 1e-3 halved every 100 epochs, batches of 128")
+
+BLOB_RHO = math.log(math.expm1(0.05 ** 2))
+"""BLoB's initial scale (Wang et al. 2024, their code's eps = 0.05): the largest initial sigma eps^2 = 0.0025 is
+softplus(BLOB_RHO)."""
 
 MAP = Variational(prior=GaussianPrior(scale=1.0), guide=PointGuide, num_samples=1,
                   paper="maximum a posteriori: point estimates under a N(0, 1) prior (the likelihood plus ||w||^2/2), "
@@ -111,11 +115,13 @@ METHODS: dict[str, Method] = {
                                            "log variance from a tiny sigma, N(0, 1) prior, KL warm-up then linear "
                                            "annealing"),
     "blob": Variational(
-        prior=GaussianPrior(scale=0.2), guide=partial(NormalGuide, init_rho=-6.0), estimator="flipout",
-        beta=Geometric(), num_samples=10, sites=LORA_A_SITES,
+        prior=GaussianPrior(scale=0.2), guide=partial(NormalGuide, parameterization="square", init_rho=BLOB_RHO),
+        estimator="flipout", beta=Geometric(), num_samples=10, sites=LORA_A_SITES,
+        optimizer=Optim("adam", FINETUNING.lr, kl_lr=FINETUNING.kl_lr),
         paper="Wang et al. 2024, BLoB: Bayesian Low-Rank Adaptation by Backpropagation: a mean-field Gaussian on the "
-              "LoRA A matrices (B and the head point estimates), N(0, 0.2^2) prior, sigma from 0.0025 (their "
-              "eps = 0.05, sigma = eps^2), flipout, the geometric per-minibatch KL re-weighting, 10 test samples"),
+              "LoRA A matrices (B and the head point estimates), N(0, 0.2^2) prior, sigma = G^2 with G from "
+              "U(eps/sqrt 2, eps), eps = 0.05, flipout, the likelihood by Adam and the KL by SGD, the geometric "
+              "per-minibatch KL re-weighting, 10 test samples"),
     "mcdropout": Variational(prior=GaussianPrior(scale=1.0), guide=partial(DropoutGuide, rate=0.5), estimator="local",
                              paper="Gal & Ghahramani 2016, Dropout as a Bayesian Approximation: p = 0.5 before every "
                                    "weight layer, one mask per example, N(0, 1) prior as weight decay"),
