@@ -123,11 +123,11 @@ class VariationalPosterior(Posterior):
         return {name: torch.stack([trace.nodes[name]["value"].detach() for trace in traces]) for name in names}
 
     def save(self, path: str | Path, **metadata) -> None:
-        """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, the method's report
-        and ``metadata``."""
+        """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, its predictive's
+        samples, the method's report and ``metadata``."""
         save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(), "epoch": None,
                                "guide": self.guide.state_dict(), "report": self.report, "moments": self.moments,
-                               **metadata})
+                               "num_samples": self.num_samples, **metadata})
 
 
 @dataclass
@@ -164,18 +164,22 @@ class EmpiricalPosterior(Posterior):
                 for name, value in self.guide.thinned(count).draws().items()}
 
     def save(self, path: str | Path, **metadata) -> None:
-        """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind."""
-        self.result.save(path, **{self.result.kind: self.report, **metadata})
+        """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind and
+        the predictive's draws."""
+        self.result.save(path, **{self.result.kind: self.report, "num_samples": self.num_samples, **metadata})
 
 
 def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,
                    num_samples: Optional[int] = None) -> Posterior:
     """The posterior saved at ``path`` (by :meth:`Posterior.save`, ``pyrobnn train`` or ``pyrobnn mcmc``), in
     ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else a
-    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. A file that does not fit is one
+    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. Its predictive takes
+    ``num_samples`` samples by default, else as many as the saved posterior's did. A file that does not fit is one
     ``ValueError`` naming it."""
     state = load_checkpoint(path)
     kind = state.get("kind")
+    if num_samples is None:
+        num_samples = state.get("num_samples")
     if kind is not None and kind != VARIATIONAL_KIND:
         return EmpiricalPosterior(Draws.load(path, model, state), num_samples, report=dict(state.get(kind) or {}))
     if guide is None:
