@@ -36,6 +36,7 @@ from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.recording import resolve as resolve_compile
 from pyrobnn.infer.svi import Checkpoint
 from pyrobnn.methods.posterior import EmpiricalPosterior
+from pyrobnn.methods.rules import warmup_note
 
 __all__ = ["train", "finetuning_summary"]
 
@@ -107,6 +108,8 @@ def train(cfg: RunConfig) -> dict[str, float]:
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
         f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
         f"compile {executor} ({why})" + (f", {noise}" if noise else "") + (f", {tuning}" if tuning else ""))
+    if warmup_note(schedule, cfg.optim.epochs):
+        say(f"beta: {warmup_note(schedule, cfg.optim.epochs)}")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
         callbacks.append(Validation(data.x_val, data.y_val))

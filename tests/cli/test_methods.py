@@ -64,13 +64,15 @@ def test_presets_carry_their_papers_settings():
     assert all(flags[name]["--guide"] == "point" for name in ("swag", "multiswag-5", "sgld", "sghmc", "csghmc"))
 
 
-def test_variational_dense_and_sparse_vd_warm_up_the_kl_under_beta_auto():
+def test_variational_dense_and_sparse_vd_warm_up_the_kl():
     from pyrobnn.cli.build import beta_schedule
     from pyrobnn.infer.schedules import LinearWarmup
 
-    for name in ("variational-dense", "vd-additive"):
-        cfg = _parse(["train", *method_args(name), "--epochs", "9"])
-        assert beta_schedule(cfg) == LinearWarmup(warmup=3, anneal=6), name
+    cfg = _parse(["train", *method_args("variational-dense"), "--epochs", "9"])
+    assert beta_schedule(cfg) == LinearWarmup(warmup=3, anneal=6)  # beta auto: the thesis' warm-up, by proportion
+    for argv in (method_args("vd-additive"), ["--prior", "log-uniform", "--guide", "additive"]):
+        cfg = _parse(["train", *argv, "--epochs", "9"])  # Molchanov et al.'s, in epochs: 0 for 5, then over 15
+        assert beta_schedule(cfg) == LinearWarmup(warmup=5, anneal=15), argv
 
 
 def test_families_resolve_any_positive_number_and_unknown_names_list_the_methods():
