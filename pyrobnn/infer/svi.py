@@ -42,7 +42,7 @@ from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim, PerturbingOptimizer, make_scheduler, per_example_rate, schedule_of, splits_kl
 from pyrobnn.infer.predict import PROTOTYPE_ROWS, predictive_outputs
 from pyrobnn.infer.recording import check_mode
-from pyrobnn.infer.schedules import Constant
+from pyrobnn.infer.schedules import Constant, for_data
 from pyrobnn.infer.step import Step, objective, optimizer_step, set_gradients, svi_step, update
 from pyrobnn.model.protocol import network_model
 
@@ -401,8 +401,10 @@ def train_epochs(run: "Run", step: Step, x, y, epochs: range, batch_size: int, s
                  callbacks: Sequence[Callback] = ()) -> History:
     """The loop of :func:`fit` (and of :func:`~pyrobnn.infer.replicas.fit_replicas`, whose step trains R replicas:
     its records hold a list of R values where a replica's differ): each epoch's batches through ``step``, the
-    scheduler, the callbacks, the checkpoint."""
+    scheduler, the callbacks, the checkpoint. A β schedule that reads the training-set size
+    (:class:`~pyrobnn.infer.schedules.KLCycles`) gets the model's ``num_data``."""
     steps = math.ceil(x.shape[0] / batch_size)
+    beta = for_data(beta, run.model.num_data)
     bar = Progress(
         TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not progress, transient=False,

@@ -67,7 +67,6 @@ def test_map_lora_and_blob_learn_as_the_plain_peft_loop_and_blobs_draws_differ(u
 def test_with_the_prior_in_adams_loss_the_adapters_collapse(user):
     """The measured cause: while B = 0 the prior's gradient is A's only one, and Adam steps it at the full rate."""
     folder, x, y, held_x, held_y, plain = user
-    for name in ("map", "blob"):
-        method = dataclasses.replace(finetuned(METHODS[name]), optimizer=Optim("adam", RATE))
-        posterior, kept = fitted(folder, method, x, y)
-        assert kept < 0.5 and posterior.evaluate(held_x, held_y)["accuracy"] < plain - 0.2, name
+    method = dataclasses.replace(finetuned(METHODS["map"]), optimizer=Optim("adam", RATE))
+    posterior, kept = fitted(folder, method, x, y)
+    assert kept < 0.5 and posterior.evaluate(held_x, held_y)["accuracy"] < plain - 0.2
