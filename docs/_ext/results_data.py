@@ -74,7 +74,7 @@ class Value:
             raise ValueError(f"not a figure: {text!r} (write 'MEAN' or 'MEAN ± SE')") from None
 
 
-@dataclass
+@dataclass(eq=False)
 class Row:
     """One row of a table: ``path`` is ``TABLE/ROW``."""
 
@@ -105,7 +105,7 @@ class Row:
         return self.data.get("no_se", self.table.data.get("no_se", ""))
 
 
-@dataclass
+@dataclass(eq=False)
 class Table:
     id: str
     title: str
