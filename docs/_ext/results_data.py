@@ -226,7 +226,8 @@ def check(claim: str, rows: dict[str, Row]) -> tuple[bool, str]:
             return gap > 0, f"{a} = {a.value.text} against {b} = {b.value.text}"
         gap, margin = _gap(a, b)
         holds = gap > margin if kind == "clearly-better" else abs(gap) <= margin
-        return holds, f"{a} = {a.value.text} against {b} = {b.value.text}: difference {gap:+.4g}, 1.96 s.e. {margin:.4g}"
+        return holds, (f"{a} = {a.value.text} against {b} = {b.value.text}: difference {gap:+.4g}, "
+                       f"1.96 s.e. {margin:.4g}")
     if kind in ("paired-noise", "paired-beyond"):
         target = _operand(rows, rest, metric)
         difference = target.row.differences.get(target.metric)
@@ -354,7 +355,8 @@ def _blocks(text: str) -> list[tuple[str, int, int]]:
         end = text.find(END, match.end())
         following = START.search(text, match.end())
         if end < 0 or (following and following.start() < end):
-            raise ValueError(f"RESULTS.md: the block of table {match['id']!r} has no '{END}' line before the next block")
+            raise ValueError(f"RESULTS.md: the block of table {match['id']!r} has no '{END}' line before the next "
+                             f"block")
         found.append((match["id"], match.end(), end))
     return found
 

@@ -39,30 +39,57 @@ with open(table, "w", newline="") as f:
 print(table.read_text().splitlines()[:3])
 
 # %%
-# What pyrobnn reads from it: a regression of ``progression`` on the ten other columns, fold 0 of 5 held out.
+# What pyrobnn reads from it: a regression of ``progression`` on the ten other
+# columns, fold 0 of 5 held out.
 data = load_dataset(f"csv:{table}", split=0)
 print(data.task, data.features, data.x_train.shape, data.x_test.shape)
 
 # %%
-# The same table in a cross-validated study: every method on every fold, the report's mean ± standard error over
-# the folds and each method's paired difference to MAP, fold by fold.
-study = Study(base=["--dataset", f"csv:{table}", "--hidden", "50", "--epochs", str(EPOCHS), "--batch-size", "32",
-                    "--data.folds", str(FOLDS), "--num-samples", "50"],
-              vary={"method": ["map", "mcdropout", "bbb"]}, splits=FOLDS, baseline="method=map")
+# The same table in a cross-validated study: every method on every fold, the report's
+# mean ± standard error over the folds and each method's paired difference to MAP,
+# fold by fold.
+study = Study(
+    base=[
+        "--dataset",
+        f"csv:{table}",
+        "--hidden",
+        "50",
+        "--epochs",
+        str(EPOCHS),
+        "--batch-size",
+        "32",
+        "--data.folds",
+        str(FOLDS),
+        "--num-samples",
+        "50",
+    ],
+    vary={"method": ["map", "mcdropout", "bbb"]},
+    splits=FOLDS,
+    baseline="method=map",
+)
 records = study.run(folder / "study", progress=False)
 spread = statistics.pstdev(raw.target)
 print(f"{'the mean':10s} RMSE {spread:6.1f}   (the target's standard deviation)")
 for method in study.vary["method"]:
-    done = [r["metrics"] for r in records if r["axes"]["method"] == method and r["status"] == "done"]
+    done = [
+        r["metrics"]
+        for r in records
+        if r["axes"]["method"] == method and r["status"] == "done"
+    ]
     rmse = sum(d["rmse"] for d in done) / len(done)
-    print(f"{method:10s} RMSE {rmse:6.1f}   log-likelihood {sum(d['log_likelihood'] for d in done) / len(done):6.2f}")
-    # The page's claim, checked as it runs: every fold ran, and each method predicts the progression well below the
-    # error of predicting its mean.
+    print(
+        f"{method:10s} RMSE {rmse:6.1f}   log-likelihood "
+        f"{sum(d['log_likelihood'] for d in done) / len(done):6.2f}"
+    )
+    # The page's claim, checked as it runs: every fold ran, and each method predicts
+    # the progression well below the error of predicting its mean.
     assert len(done) == FOLDS and rmse < 0.8 * spread, (method, len(done), rmse)
 
 # %%
-# Arrays you hold in Python are data too: ``Study(..., data=(x, y))`` writes them once to the study's folder,
-# where every worker reads them. The study's own report is in its folder (``summary.md`` and the plots); its rows of
-# the test log-likelihood, whole (metric | method | folds | mean ± s.e. | difference to MAP [95 % interval]):
+# Arrays you hold in Python are data too: ``Study(..., data=(x, y))`` writes them
+# once to the study's folder, where every worker reads them. The study's own report
+# is in its folder (``summary.md`` and the plots); its rows of the test
+# log-likelihood, whole (metric | method | folds | mean ± s.e. | difference to MAP
+# [95 % interval]):
 summary = (folder / "study" / "summary.md").read_text().splitlines()
 print("\n".join(line for line in summary if line.startswith("| log_likelihood |")))

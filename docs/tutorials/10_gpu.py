@@ -22,7 +22,14 @@ import os
 import pyro
 import torch
 
-from pyrobnn import BayesianNetwork, DropoutGuide, MeanFieldELBO, Optim, evaluate, fit
+from pyrobnn import (
+    BayesianNetwork,
+    DropoutGuide,
+    MeanFieldELBO,
+    Optim,
+    evaluate,
+    fit,
+)
 from pyrobnn.data import load_dataset
 from pyrobnn.data.augment import ImageAugment
 from pyrobnn.networks import LeNet5
@@ -31,26 +38,51 @@ CI = os.environ.get("PYROBNN_TUTORIAL_SIZE") == "ci"
 TRAIN, TEST, EPOCHS = (10000, 2000, 2) if CI else (60000, 10000, 5)
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-precision = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+precision = (
+    "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+)
 print("device:", device, " precision:", precision)
 
 # %%
-# Images as stored (uint8) on the device: a quarter of float32's memory, and no copy per batch.
+# Images as stored (uint8) on the device: a quarter of float32's memory, and no copy
+# per batch.
 pyro.set_rng_seed(0)
 data = load_dataset("mnist", train_size=TRAIN, test_size=TEST, dtype=torch.uint8)
 x_train, y_train = data.x_train.to(device), data.y_train.to(device)
-augment = ImageAugment.for_dataset("mnist", crop_padding=0, flip=False)  # uint8 -> normalised float, no crops
+# uint8 -> normalised float, no crops
+augment = ImageAugment.for_dataset("mnist", crop_padding=0, flip=False)
 print(x_train.dtype, x_train.device, f"{x_train.nbytes / 1e6:.1f} MB")
 
 # %%
-# MC dropout on LeNet-5: the same ``fit`` as on a CPU, with the device and the precision.
+# MC dropout on LeNet-5: the same ``fit`` as on a CPU, with the device and the
+# precision.
 model = BayesianNetwork(LeNet5(), num_data=len(x_train))
 guide = DropoutGuide(model, rate=0.1)
-history = fit(model, guide, x_train, y_train, epochs=EPOCHS, elbo=MeanFieldELBO(estimator="local", precision=precision),
-              optimizer=Optim(lr=3e-3), transform=augment, device=device, progress=False)
-print(f"{history.last['seconds']:.1f} s for the last epoch, compile={history.compile} ({history.compile_reason})")
-metrics = evaluate(model, guide, augment(data.x_test.to(device), train=False), data.y_test.to(device), num_samples=20)
+history = fit(
+    model,
+    guide,
+    x_train,
+    y_train,
+    epochs=EPOCHS,
+    elbo=MeanFieldELBO(estimator="local", precision=precision),
+    optimizer=Optim(lr=3e-3),
+    transform=augment,
+    device=device,
+    progress=False,
+)
+print(
+    f"{history.last['seconds']:.1f} s for the last epoch, "
+    f"compile={history.compile} ({history.compile_reason})"
+)
+metrics = evaluate(
+    model,
+    guide,
+    augment(data.x_test.to(device), train=False),
+    data.y_test.to(device),
+    num_samples=20,
+)
 print(", ".join(f"{k} {metrics[k]:.4f}" for k in ("accuracy", "nll", "ece")))
 
-# The page's claim, checked as it runs: the LeNet trained on whichever device the machine has.
+# The page's claim, checked as it runs: the LeNet trained on whichever device the
+# machine has.
 assert metrics["accuracy"] > 0.9, metrics["accuracy"]
