@@ -126,6 +126,8 @@ sphinx_gallery_conf = {
     "doc_module": (),
     "backreferences_dir": None,
     "first_notebook_cell": None,
+    # no sg_execution_times page: it loads jQuery and DataTables from a CDN (each page keeps its running time)
+    "write_computation_times": False,
 }
 
 

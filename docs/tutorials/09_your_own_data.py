@@ -86,6 +86,21 @@ for method in study.vary["method"]:
     assert len(done) == FOLDS and rmse < 0.8 * spread, (method, len(done), rmse)
 
 # %%
+# Each fold's test RMSE, method by method, against the error of predicting the mean.
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for i, method in enumerate(study.vary["method"]):
+    folds = [r["metrics"]["rmse"] for r in records if r["axes"]["method"] == method]
+    ax.scatter([i] * len(folds), folds, s=25)
+ax.axhline(spread, color="0.5", ls="--", label="predicting the mean")
+ax.set_xticks(range(len(study.vary["method"])), study.vary["method"])
+ax.set_ylabel("test RMSE per fold")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %%
 # Arrays you hold in Python are data too: ``Study(..., data=(x, y))`` writes them
 # once to the study's folder, where every worker reads them. The study's own report
 # is in its folder (``summary.md`` and the plots); its rows of the test

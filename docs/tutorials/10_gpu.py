@@ -86,3 +86,23 @@ print(", ".join(f"{k} {metrics[k]:.4f}" for k in ("accuracy", "nll", "ece")))
 # The page's claim, checked as it runs: the LeNet trained on whichever device the
 # machine has.
 assert metrics["accuracy"] > 0.9, metrics["accuracy"]
+
+# %%
+# The predictive on the device, moved to the CPU to plot: how sure the network is of
+# the digits it gets right and of those it gets wrong.
+import matplotlib.pyplot as plt  # noqa: E402
+
+from pyrobnn import predict  # noqa: E402
+
+x_test = augment(data.x_test.to(device), train=False)
+probs = predict(model, guide, x_test, num_samples=20)["probs"].cpu()
+confidence, label = probs.max(-1)
+right = label == data.y_test
+fig, ax = plt.subplots(figsize=(6, 3.2))
+bins = torch.linspace(0, 1, 21).numpy()
+for subset, name in [(right, "right"), (~right, "wrong")]:
+    ax.hist(confidence[subset].numpy(), bins=bins, alpha=0.7, density=True, label=name)
+ax.set_xlabel("predictive probability of the predicted digit")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()

@@ -132,7 +132,7 @@ def test_every_claim_holds_against_its_rows(page, title, rests_on, claims):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_figure_and_section_a_page_cites_exists(page):
-    text = page.read_text()
+    text = re.sub(r"``.*?``", "", page.read_text(), flags=re.S)  # a role shown as code is not a citation
     for target in re.findall(r":result:`([^`]+)`", text):
         path, _, metric = target.rpartition("/")
         assert path in ROWS and metric in ROWS[path].values, f"{page.name}: :result:`{target}`"
