@@ -101,7 +101,9 @@ right = label == data.y_test
 fig, ax = plt.subplots(figsize=(6, 3.2))
 bins = torch.linspace(0, 1, 21).numpy()
 for subset, name in [(right, "right"), (~right, "wrong")]:
-    ax.hist(confidence[subset].numpy(), bins=bins, alpha=0.7, density=True, label=name)
+    ax.hist(
+        confidence[subset].numpy(), bins=bins, alpha=0.7, density=True, label=name
+    )
 ax.set_xlabel("predictive probability of the predicted digit")
 ax.legend(fontsize=8)
 fig.tight_layout()
