@@ -179,20 +179,19 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# The epistemic uncertainty itself, on one colour scale for all six: it is zero for
-# MAP and grows with the distance from the training points for the methods with a
-# weight posterior.
+# The epistemic uncertainty itself, on one colour scale for all six: zero for MAP;
+# for the methods with a weight posterior it is where their draws disagree on the
+# class, away from the training points and most along the boundary's extension.
 top = max(float(out["epistemic"].max()) for out in predictions.values())
+levels = torch.linspace(0, top, 21).numpy()
 fig, axes = plt.subplots(2, 3, figsize=(10, 6), sharex=True, sharey=True)
 for ax, (name, out) in zip(axes.flat, predictions.items()):
     image = ax.contourf(
         grid[..., 0],
         grid[..., 1],
         out["epistemic"].reshape(GRID, GRID),
-        levels=20,
+        levels=levels,
         cmap="viridis",
-        vmin=0,
-        vmax=top,
     )
     ax.scatter(*data.x_train.T, c="w", s=4)
     ax.set_title(name, fontsize=9)
