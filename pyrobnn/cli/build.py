@@ -133,9 +133,10 @@ def settings_of(cfg: RunConfig) -> dict:
     estimator, particles, batch size, predictive samples, β schedule (``None``: auto) and optimiser."""
     guide_cls, guide_kwargs = _arguments("guide", GUIDES, cfg.guide.name, _guide_options(cfg), GUIDE_ARGUMENTS)
     opt = cfg.optim
+    samples = {} if cfg.output.num_samples is None else {"num_samples": cfg.output.num_samples}  # unset: the method's
     return dict(prior=make_prior(cfg), guide=functools.partial(guide_cls, **guide_kwargs), estimator=opt.estimator,
-                num_particles=opt.num_particles, batch_size=opt.batch_size, num_samples=cfg.output.num_samples,
-                beta=_schedule(cfg), optimizer=optimizer_of(cfg))
+                num_particles=opt.num_particles, batch_size=opt.batch_size, **samples, beta=_schedule(cfg),
+                optimizer=optimizer_of(cfg))
 
 
 def method_of(cfg: RunConfig) -> Method:
@@ -309,7 +310,8 @@ def check_run(cfg: RunConfig) -> None:
     """
     for option, value in (("--epochs", cfg.optim.epochs), ("--batch-size", cfg.optim.batch_size),
                           ("--num-particles", cfg.optim.num_particles), ("--num-samples", cfg.output.num_samples)):
-        positive_int(option, value)
+        if value is not None:
+            positive_int(option, value)
     for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
         if value is not None:
             positive_int(option, value)
@@ -332,7 +334,7 @@ def check_run(cfg: RunConfig) -> None:
                          "propagates moments deterministically, one pass without particles")
     if cfg.output.max_memory is not None:
         positive("--max-memory (GB)", cfg.output.max_memory)
-    if cfg.guide.name == "mixture-node":  # the test report draws the same number from each component
+    if cfg.guide.name == "mixture-node" and cfg.output.num_samples is not None:  # as many from each component
         k, n = positive_int("--guide.components", cfg.guide.components), cfg.output.num_samples
         if n % k:
             raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "

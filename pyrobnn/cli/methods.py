@@ -144,6 +144,8 @@ def method_args(name: str | Method, flags: Optional[set[str]] = None) -> tuple[s
         flag = _own_flag(method, field.name, flags)
         if flag is not None:
             values[flag] = getattr(method, field.name)
+    if method.command == "train":  # the report's draws stay the method's (run_method): unset, they fit the run
+        values.pop("--num-samples", None)
     if isinstance(method, SWAG) and method.members == 1:
         values["--ensemble"] = 0  # one SWAG: not MultiSWAG
     unknown = sorted(flag for flag in values if flag not in flags)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pyro
@@ -28,6 +29,7 @@ from pyrobnn.cli.runs import (
     load_ood,
     load_states,
     metrics_tables,
+    report_draws,
     test_report,
     training_accuracy,
 )
@@ -68,6 +70,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     Everything that can be checked without training is checked before anything is written:
     the options, ``--out``, the device and, with ``--resume``, the checkpoint and its options.
     """
+    started = time.monotonic()  # the run so far sizes its test report (report_draws)
     check_run(cfg)
     check_severities(cfg.output.corruptions)
     out = Path(cfg.output.out)
@@ -107,7 +110,9 @@ def train(cfg: RunConfig) -> dict[str, float]:
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
         f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
-        f"compile {executor} ({why})" + (f", {noise}" if noise else "") + (f", {tuning}" if tuning else ""))
+        f"compile {executor} ({why}), report draws "
+        f"{cfg.output.num_samples or 'sized to the run after training'}" + (f", {noise}" if noise else "")
+        + (f", {tuning}" if tuning else ""))
     if warmup_note(schedule, cfg.optim.epochs):
         say(f"beta: {warmup_note(schedule, cfg.optim.epochs)}")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
@@ -146,8 +151,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
     classification = data.task == "classification"
     moments, max_memory = posterior.moments, gigabytes(cfg.output.max_memory)
     warnings = []
+    num_samples = report_draws(cfg, posterior, data, ood, held_out, time.monotonic() - started, max_memory)
     if classification:
-        report["train_accuracy"], chance = training_accuracy(model, guide, data, transform, moments, max_memory)
+        draws = 10 if cfg.output.num_samples else min(10, num_samples)  # no more than a report sized to the run
+        report["train_accuracy"], chance = training_accuracy(model, guide, data, transform, moments, max_memory,
+                                                             draws=draws)
         if report["train_accuracy"] <= chance + 0.05:
             warnings.append(
                 f"training accuracy {percent(report['train_accuracy'])} is at chance ({percent(chance)}, the "
@@ -160,7 +168,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
         posterior.save(out / "draws.pt", config=cfg.to_dict())
         say(f"{posterior.kind}: {posterior.result.summary()}; wrote {out}/draws.pt")
         report[posterior.kind] = posterior.report
-    guide, num_samples = posterior.guide, posterior.num_samples
+    guide = posterior.guide
     metrics = test_report(model, guide, data, num_samples, opt.seed,
                           out / "reliability.png" if classification else None, moments=moments,
                           max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,

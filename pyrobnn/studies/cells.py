@@ -31,7 +31,7 @@ from typing import Optional
 import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
-from pyrobnn.cli.build import check_mcmc, check_run, dataset_options
+from pyrobnn.cli.build import check_mcmc, check_run, dataset_options, method_of
 from pyrobnn.cli.methods import expand_method
 from pyrobnn.cli.noise import default_noise_applies
 from pyrobnn.cli.options import MCMCConfig, RunConfig
@@ -129,8 +129,13 @@ def accepted_options(command: str) -> dict[str, object]:
 
 def parse_cell(command: str, argv: typing.Sequence[str]):
     """The configuration ``pyrobnn <command> <argv>`` runs (``--method NAME`` expanded as the command line does); a
-    :class:`ValueError` holding tyro's message on one line when it does not parse."""
-    return parse_config(CONFIGS[command], expand_method([command, *argv])[1:], f"pyrobnn {command}")
+    :class:`ValueError` holding tyro's message on one line when it does not parse. A train cell without
+    ``--num-samples`` reports the method's draws: a study's cells measure the same on every machine (the command
+    line sizes an unset report to the run, :func:`pyrobnn.cli.runs.report_draws`), keyed as they always were."""
+    config = parse_config(CONFIGS[command], expand_method([command, *argv])[1:], f"pyrobnn {command}")
+    if command == "train" and config.output.num_samples is None:
+        config.output.num_samples = method_of(config).num_samples
+    return config
 
 
 def split_options(argv: typing.Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -206,7 +211,7 @@ def _noise_key(config) -> float | str:
 def cache_key(command: str, config) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
     of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
-    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``."""
+    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``, unset draws as the method's."""
     defaults = _defaults(command)
     options = {flag: value for flag, value in config.flags().items()
                if flag not in NOT_IN_KEY and flag != "--compile"
@@ -214,6 +219,8 @@ def cache_key(command: str, config) -> str:
     options.update(EXECUTOR_KEY[command])
     if command == "train" and config.likelihood.scale is None:
         options["--likelihood.scale"] = _noise_key(config)
+    if command == "train" and config.output.num_samples is None:  # the method's draws, as parse_cell runs them
+        options["--num-samples"] = method_of(config).num_samples
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

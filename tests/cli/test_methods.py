@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pyrobnn.cli import _parse
-from pyrobnn.cli.build import build, check_mcmc, check_run
+from pyrobnn.cli.build import build, check_mcmc, check_run, method_of
 from pyrobnn.cli.methods import METHOD_NAMES, expand_method, method_args, resolve_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.runs import load_data
@@ -37,8 +37,13 @@ def test_each_preset_parses_into_its_commands_configuration_and_passes_its_check
 def test_presets_carry_their_papers_settings():
     """Spot checks against the papers (SPEC.md): Blundell's prior and 5 samples, Molchanov's initial log sigma^2,
     Kingma's initial log alpha, Gal's p = 0.5, paper 004's node prior and initialisation, VDP++'s eq. 11 and 12."""
-    flags = {name: _parse(["train", *method_args(name)]).flags() for name, method in METHODS.items()
-             if method.command == "train"}
+    configs = {name: _parse(["train", *method_args(name)]) for name, method in METHODS.items()
+               if method.command == "train"}
+    flags = {name: cfg.flags() for name, cfg in configs.items()}
+    for name in configs:  # the report's draws reach the run as the method's (its name kept), not as an option
+        cfg = _parse(expand_method(["train", "--method", name]))
+        assert cfg.output.num_samples is None and method_of(cfg).num_samples == METHODS[name].num_samples, name
+        flags[name]["--num-samples"] = method_of(cfg).num_samples
     assert (flags["bbb"]["--prior"], flags["bbb"]["--prior.pi"], flags["bbb"]["--num-particles"],
             flags["bbb"]["--beta"]) == ("scale-mixture", 0.25, 5, "geometric")
     assert flags["bbb"]["--prior.sigma2"] == pytest.approx(2.718281828459045 ** -8)
@@ -77,8 +82,8 @@ def test_variational_dense_and_sparse_vd_warm_up_the_kl():
 
 def test_families_resolve_any_positive_number_and_unknown_names_list_the_methods():
     assert resolve_method("ibnn-4") == METHODS["ibnn-4"]
-    cfg = _parse(["train", *method_args("ibnn-8")])
-    assert (cfg.guide.components, cfg.output.num_samples) == (8, 40)
+    cfg = _parse(expand_method(["train", "--method", "ibnn-8"]))
+    assert (cfg.guide.components, method_of(cfg).num_samples) == (8, 40)
     assert _parse(["train", *method_args("ensemble-3")]).posterior.ensemble == 3
     multiswag = _parse(["train", *method_args("multiswag-3")]).posterior
     assert (multiswag.ensemble, multiswag.swag) == (3, True)
