@@ -16,12 +16,18 @@ is decoupled weight decay, as AdamW's (Loshchilov & Hutter 2019) and as BLoB ste
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+from dataclasses import dataclass
 
+from pyrobnn.checks import positive_int
+from pyrobnn.infer.laplace import fit_linearized_laplace
 from pyrobnn.infer.optim import SCALE_INVARIANT, Optim
+from pyrobnn.infer.svi import fit
 from pyrobnn.methods.base import Method
-from pyrobnn.networks.hf import FINETUNING, FineTuning
+from pyrobnn.methods.posterior import LinearizedPosterior, Posterior
+from pyrobnn.networks.hf import FINETUNING, LORA_SITES, FineTuning
 
-__all__ = ["finetuned"]
+__all__ = ["finetuned", "LaplaceLoRA"]
 
 
 def finetuned(method: Method, settings: FineTuning = FINETUNING) -> Method:
@@ -45,3 +51,32 @@ def finetuned(method: Method, settings: FineTuning = FINETUNING) -> Method:
         optimizer = dataclasses.replace(optimizer, lr=settings.lr,
                                         kl_lr=settings.kl_lr if optimizer.kl_lr is None else optimizer.kl_lr)
     return dataclasses.replace(method, batch_size=settings.batch_size, optimizer=optimizer)
+
+
+def _adapter(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in LORA_SITES)
+
+
+@dataclass(frozen=True)
+class LaplaceLoRA(Method):
+    """Laplace-LoRA (Yang et al. 2024) as its code runs it (adamxyang/laplace-lora): a MAP-LoRA fit, then
+    laplace-torch's Kronecker-factored Laplace approximation over the adapters' weights only (every ``lora_A`` and
+    ``lora_B``; the head stays at its MAP value), ``subset_of_weights="all"``, ``hessian_structure="kron"``, its
+    scalar prior precision from 1 tuned by the marginal likelihood (``prior_steps`` steps at 0.1), predicted by the
+    linearised ("GLM") predictive (:func:`~pyrobnn.infer.laplace.fit_linearized_laplace`;
+    :class:`~pyrobnn.methods.posterior.LinearizedPosterior`). Their code averages 100,000 draws of the linearised
+    outputs; here each of ``num_samples`` draws is a pass of the network."""
+
+    prior_steps: int = 1000
+
+    def __post_init__(self):
+        super().__post_init__()
+        positive_int("prior_steps (of the marginal likelihood's tuning)", self.prior_steps)
+
+    def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
+              **run) -> Posterior:
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+        laplace = fit_linearized_laplace(model, guide, x, y, select=_adapter, batch_size=self.batch_size,
+                                         prior_steps=self.prior_steps)
+        return LinearizedPosterior(model, guide, self.num_samples, report=laplace.report(), history=history,
+                                   laplace=laplace)

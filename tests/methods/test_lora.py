@@ -70,3 +70,30 @@ def test_with_the_prior_in_adams_loss_the_adapters_collapse(user):
     method = dataclasses.replace(finetuned(METHODS["map"]), optimizer=Optim("adam", RATE))
     posterior, kept = fitted(folder, method, x, y)
     assert kept < 0.5 and posterior.evaluate(held_x, held_y)["accuracy"] < plain - 0.2
+
+
+def test_laplace_lora_learns_and_predicts_laplace_torchs_linearised_predictive(user, tmp_path):
+    from pyrobnn.methods import load_posterior
+    from pyrobnn.networks import hf
+
+    folder, x, y, held_x, held_y, plain = user
+    method = finetuned(METHODS["laplace-lora"])
+    posterior, _ = fitted(folder, method, x, y)
+    assert posterior.evaluate(held_x, held_y)["accuracy"] >= plain - 0.02
+    adapters = sum(value[0].numel() for name, value in posterior.draw(1).items() if ".lora_" in name)
+    assert posterior.report["weights"] == adapters == 2 * 2 * 2 * (8 * 32)  # 2 layers x (query, value) x (A, B)
+    assert posterior.report["prior_precision"][0] > 0
+    laplace = posterior.laplace.laplace  # laplace-torch's own GLM predictive, by many draws of its outputs
+    torch.manual_seed(1)
+    expected = laplace(held_x, pred_type="glm", link_approx="mc", n_samples=20000)
+    torch.manual_seed(2)
+    probs = posterior.predict(held_x, num_samples=400)["probs"]
+    torch.testing.assert_close(probs, expected, atol=0.05, rtol=0)  # 400 draws: Monte-Carlo error below 0.025
+    draws = posterior.draw(5)
+    assert all(len(value) == 5 for value in draws.values())
+    posterior.save(tmp_path / "laplace.pt")
+    torch.manual_seed(0)
+    loaded = load_posterior(tmp_path / "laplace.pt", *method.build(hf.load_classifier(folder, 2), num_data=len(x)))
+    assert loaded.num_samples == posterior.num_samples and loaded.report == posterior.report
+    torch.manual_seed(2)
+    torch.testing.assert_close(loaded.predict(held_x, num_samples=400)["probs"], probs)
