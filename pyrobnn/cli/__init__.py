@@ -37,10 +37,11 @@ from pyrobnn.cli.mcmc import SamplingFailed, mcmc
 from pyrobnn.cli.methods import expand_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.prune import Prune, prune
-from pyrobnn.cli.report import error_line
+from pyrobnn.cli.report import error_line, one_line_warnings
 from pyrobnn.cli.train import train
 from pyrobnn.infer.recording import ExecutorFailed
 from pyrobnn.infer.svi import TrainingDiverged
+from pyrobnn.networks.hf import PretrainedLoadWarning
 
 __all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "Command", "COMMANDS", "parse_config",
            "tyro_parse"]
@@ -131,7 +132,8 @@ def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]
         else:
             args = _parse(expand_method(argv), commands)  # --method NAME: its preset's options before the user's
             run = next(command.run for command in commands.values() if isinstance(args, command.options))
-        run(args)
+        with one_line_warnings((PretrainedLoadWarning,)):
+            run(args)
     except TrainingDiverged as error:
         error_line(f"training diverged: {error}")
         raise SystemExit(1) from None

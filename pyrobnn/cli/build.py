@@ -536,9 +536,9 @@ def optimizer_of(cfg: RunConfig) -> Optim:
         FlatThenLinear(opt.epochs, start=opt.lr_linear_from, end=1.0, final=0.0) if opt.lr_linear_from else None
     lr = opt.lr if opt.lr is not None else learning_rate(make_prior(cfg))
     if opt.variational_lr_factor != 1:
-        return GuideRateOptim(opt.optimizer, lr, opt.weight_decay, schedule=schedule,
+        return GuideRateOptim(opt.optimizer, lr, opt.weight_decay, schedule=schedule, kl_lr=opt.kl_lr,
                               factor=positive("--variational-lr-factor", opt.variational_lr_factor))
-    return Optim(opt.optimizer, lr, opt.weight_decay, schedule=schedule)
+    return Optim(opt.optimizer, lr, opt.weight_decay, schedule=schedule, kl_lr=opt.kl_lr)
 
 
 def noise_grid(cfg: MCMCConfig, read_protocol: bool = True) -> tuple[str, ...]:

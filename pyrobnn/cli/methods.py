@@ -22,7 +22,17 @@ from pyrobnn.cli.options import MCMCConfig, RunConfig, cli_spelling
 from pyrobnn.guides import GUIDES
 from pyrobnn.infer.optim import FlatThenLinear, GuideRateOptim, Optim, StepDecay
 from pyrobnn.infer.schedules import SCHEDULES
-from pyrobnn.methods import METHOD_NAMES, SGMCMC, SWAG, Ensemble, Laplace, Method, Variational, resolve_method
+from pyrobnn.methods import (
+    METHOD_NAMES,
+    SGMCMC,
+    SWAG,
+    Ensemble,
+    Laplace,
+    Method,
+    Variational,
+    finetuned,
+    resolve_method,
+)
 from pyrobnn.methods.rules import guide_class, guide_options
 from pyrobnn.model.priors import PRIORS
 
@@ -92,6 +102,8 @@ def _optimizer_args(optimizer) -> dict[str, Any]:
         raise ValueError(f"optimizer {optimizer!r} has no command-line options (Optim, GuideRateOptim without "
                          "warm-up have)")
     flags = {"--optimizer": optimizer.name, "--lr": optimizer.lr, "--weight-decay": optimizer.weight_decay}
+    if optimizer.kl_lr is not None:
+        flags["--kl-lr"] = optimizer.kl_lr
     if isinstance(optimizer.schedule, StepDecay):
         flags.update({"--lr-step": optimizer.schedule.step, "--lr-gamma": optimizer.schedule.gamma})
     elif isinstance(optimizer.schedule, FlatThenLinear):
@@ -118,11 +130,11 @@ def _own_flag(method: Method, name: str, flags: set[str]) -> Optional[str]:
     return None
 
 
-def method_args(name: str, flags: Optional[set[str]] = None) -> tuple[str, ...]:
-    """The option values method ``name`` stands for, as arguments of its command (:attr:`Method.command`):
-    :func:`settings_args`, the option that selects its kind, and its own fields that have options (``flags``: the
-    command's options, default those of its configuration)."""
-    method = resolve_method(name)
+def method_args(name: str | Method, flags: Optional[set[str]] = None) -> tuple[str, ...]:
+    """The option values method ``name`` (a name or a :class:`~pyrobnn.methods.Method`) stands for, as arguments of
+    its command (:attr:`Method.command`): :func:`settings_args`, the option that selects its kind, and its own fields
+    that have options (``flags``: the command's options, default those of its configuration)."""
+    method = name if isinstance(name, Method) else resolve_method(name)
     flags = _command_flags(method.command) if flags is None else flags
     values = settings_args(method, flags)
     selector = KINDS.get(type(method), (None, None))[0]
@@ -158,13 +170,13 @@ def _argv(flag: str, value) -> list[str]:
     return [flag, str(cli_spelling(value))]
 
 
-def _named(argv: list[str]) -> str | None:
-    """The value of the last ``--method NAME`` / ``--method=NAME`` in ``argv`` (None: none)."""
-    name = None
+def _named(argv: list[str], flag: str = "--method", default=None):
+    """The value of the last ``--method NAME`` / ``--method=NAME`` (``flag``) in ``argv`` (``default``: none)."""
+    name = default
     for i, arg in enumerate(argv):
-        if arg == "--method" and i + 1 < len(argv):
+        if arg == flag and i + 1 < len(argv):
             name = argv[i + 1]
-        elif arg.startswith("--method="):
+        elif arg.startswith(f"{flag}="):
             name = arg.split("=", 1)[1]
     return name
 
@@ -173,6 +185,9 @@ def expand_method(argv: list[str]) -> list[str]:
     """``[command, *args]`` with the arguments of the ``--method`` it names inserted right after the command, before
     the user's own, which therefore win: ``["train", "--method", "bbb", "--epochs", "3"]`` ->
     ``["train", *method_args("bbb"), "--method", "bbb", "--epochs", "3"]``.
+
+    A pretrained network (``--model hf:...``) takes the method's settings for a first fine-tune
+    (:func:`pyrobnn.methods.finetuned`), the method's own or ``train``'s defaults' (without ``--method``).
 
     ``argv`` is returned unchanged without ``--method``, for an unknown method, or for one that another command
     runs: the run's checks (:func:`pyrobnn.cli.build.check_run`) then report it as one error line. A command outside
@@ -183,13 +198,18 @@ def expand_method(argv: list[str]) -> list[str]:
         method = resolve_method(name) if name is not None else None
     except ValueError:
         return list(argv)
+    pretrained = argv[:1] == ["train"] and _named(argv[1:], "--model", "").lower().startswith("hf:")
+    if method is None and pretrained:
+        tuned = finetuned(Variational())
+        values = {**_optimizer_args(tuned.optimizer), "--batch-size": tuned.batch_size}
+        return [argv[0], *(arg for flag, value in values.items() for arg in _argv(flag, value)), *argv[1:]]
     if method is None or method.command != argv[0]:
         return list(argv)
     rest = argv[1:]
     if argv[0] not in RECORDING_COMMANDS:
         rest = [arg for i, arg in enumerate(rest) if not (arg == "--method" or arg.startswith("--method=")
                                                           or (i > 0 and rest[i - 1] == "--method"))]
-    return [argv[0], *method_args(name), *rest]
+    return [argv[0], *method_args(finetuned(method) if pretrained else method), *rest]
 
 
 def _selected(cfg) -> list[type]:

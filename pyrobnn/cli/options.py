@@ -57,6 +57,7 @@ from pyrobnn.methods.rules import SPARSE_VD_LR
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
+from pyrobnn.networks.hf import FINETUNING
 
 TAU = "tau"
 """The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
@@ -387,6 +388,8 @@ class OptimOptions:
     """Optimiser (sgd: with Nesterov momentum 0.9)."""
     weight_decay: Annotated[float, _flat()] = _default(Optim, "weight_decay")
     """L2 penalty of the optimiser on every parameter, per example as papers state it (0: none)."""
+    kl_lr: Annotated[Optional[float], _flat(metavar="FLOAT", help_behavior_hint=f"(hf: {FINETUNING.kl_lr:g})")] = None
+    """The KL by plain SGD at this per-example rate, the optimiser on the likelihood only (unset: KL in the loss)."""
     lr_step: Annotated[int, _flat()] = 0
     """Multiply the learning rate by --lr-gamma every this many epochs (0: constant)."""
     lr_gamma: Annotated[float, _flat()] = _default(StepDecay, "gamma")

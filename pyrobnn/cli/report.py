@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+import warnings
 
 from rich.console import Console
 from rich.table import Table
 
 from pyrobnn.checks import one_line
 
-__all__ = ["console", "say", "warn", "error_line", "num", "percent", "epoch_line", "calibration_line", "metrics_table",
-           "diagnostics_table", "draws_shape", "json_safe", "prior_name", "shown"]
+__all__ = ["console", "say", "warn", "one_line_warnings", "error_line", "num", "percent", "epoch_line",
+           "calibration_line", "metrics_table", "diagnostics_table", "draws_shape", "json_safe", "prior_name", "shown"]
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 """Tables go to stdout at the terminal's width, or 200 columns when the output is a file or a pipe (rich would
@@ -31,6 +33,26 @@ def error_line(message: str) -> None:
 def warn(message: str) -> None:
     """``warning: <message>`` on one line of stderr."""
     print(f"warning: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def one_line_warnings(categories: tuple[type[Warning], ...]):
+    """Within it, a warning of ``categories`` (what the library says a person should read, e.g.
+    :class:`~pyrobnn.networks.hf.PretrainedLoadWarning`) is shown as :func:`warn`'s one line; others as Python
+    shows them."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, categories):
+            warn(str(message))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def num(value) -> str:

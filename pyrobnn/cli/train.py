@@ -40,7 +40,7 @@ from pyrobnn.infer.svi import Checkpoint
 from pyrobnn.methods.posterior import EmpiricalPosterior
 from pyrobnn.methods.rules import warmup_note
 
-__all__ = ["train"]
+__all__ = ["train", "finetuning_summary"]
 
 
 def _principled_rule_applies(guide) -> bool:
@@ -51,6 +51,17 @@ def _principled_rule_applies(guide) -> bool:
     except (TypeError, ValueError, NotImplementedError):  # no weights, or no rule for this posterior
         return False
     return True
+
+
+def finetuning_summary(cfg: RunConfig, method, data) -> str:
+    """What a pretrained network's run trains with (:data:`~pyrobnn.networks.hf.FINETUNING`'s defaults, or the
+    options given): empty for another network."""
+    if not cfg.model.name.lower().startswith("hf:"):
+        return ""
+    optimizer = method.optimizer_factory(cfg.optim.epochs)
+    kl = getattr(optimizer, "kl_lr", None)
+    return (f"fine-tuning with batches of {cfg.optim.batch_size}, lr {method.learning_rate:g}"
+            + ("" if kl is None else f" and the KL by SGD at {kl:g}") + f", texts of {data.input_shape[0]} tokens")
 
 
 def train(cfg: RunConfig) -> dict[str, float]:
@@ -95,11 +106,13 @@ def train(cfg: RunConfig) -> dict[str, float]:
     executor, why = resolve_compile(cfg.optim.compile, device, steps)
     calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
     noise = noise_summary(cfg, model, method)
+    tuning = finetuning_summary(cfg, method, data)
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
         f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
         f"compile {executor} ({why}), report draws "
-        f"{cfg.output.num_samples or 'sized to the run after training'}" + (f", {noise}" if noise else ""))
+        f"{cfg.output.num_samples or 'sized to the run after training'}" + (f", {noise}" if noise else "")
+        + (f", {tuning}" if tuning else ""))
     if warmup_note(schedule, cfg.optim.epochs):
         say(f"beta: {warmup_note(schedule, cfg.optim.epochs)}")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []

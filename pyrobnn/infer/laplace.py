@@ -23,11 +23,13 @@ to Monte-Carlo error.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional
 
+import pyro
 import torch
 from pyro import poutine
 from torch import nn
@@ -39,7 +41,8 @@ from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.predict import prediction_mode
 from pyrobnn.model.likelihoods import Categorical, Gaussian
 
-__all__ = ["LaplaceResult", "fit_laplace", "last_layer_inputs", "last_linear"]
+__all__ = ["LaplaceResult", "fit_laplace", "last_layer_inputs", "last_linear", "plain_network", "LinearizedLaplace",
+           "fit_linearized_laplace"]
 
 
 @dataclass
@@ -165,3 +168,117 @@ def fit_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, num_samples: 
         draws[sites["bias"]] = samples[:, weight:].reshape(1, num_samples, *linear.bias.shape)
     return LaplaceResult(model, draws, prior_precision=laplace.prior_precision.detach().cpu().flatten().tolist(),
                          log_marginal_likelihood=float(laplace.log_marginal_likelihood().detach()), laplace=laplace)
+
+
+def plain_network(model, values: dict[str, torch.Tensor], trainable: Callable[[str], bool]) -> nn.Module:
+    """A copy of ``model``'s network as a plain torch module: every ``PyroModule`` its own class again, every
+    Bayesian site an ``nn.Parameter`` at ``values[site]``, trained (``requires_grad``) where ``trainable(site)``,
+    every other parameter frozen; what a library such as laplace-torch differentiates (the network itself keeps its
+    sites)."""
+    net = copy.deepcopy(model.net)
+    for module in list(net.modules()):
+        if isinstance(module, pyro.nn.PyroModule):
+            module._pyro_samples.clear()
+            module.__class__ = next(cls for cls in type(module).__mro__[1:]
+                                    if issubclass(cls, nn.Module) and not issubclass(cls, pyro.nn.PyroModule))
+    for parameter in net.parameters():
+        parameter.requires_grad_(False)
+    for site in model.sites():
+        path, attr = site.name[len("net."):].rpartition(".")[::2]
+        module = net.get_submodule(path)
+        module._parameters[attr] = nn.Parameter(values[site.name].detach().clone(),
+                                                requires_grad=trainable(site.name))
+    return net
+
+
+class LinearizedLaplace:
+    r"""The Laplace approximation of a MAP fit's trained weights :math:`\theta` (laplace-torch's, over every weight of
+    a plain copy of the network that requires a gradient: :func:`plain_network`) and its linearised ("GLM")
+    predictive (Immer et al. 2021; Laplace-LoRA, Yang et al. 2024),
+
+    .. math:: f(x) \sim \mathcal N\big(f_{\theta_{MAP}}(x),\; J(x) P^{-1} J(x)^\top\big),
+
+    :math:`J(x)` the Jacobian of the outputs in :math:`\theta` at the MAP and :math:`P` the posterior precision.
+    Registered as a forward hook of the model's network (:meth:`attach`), it adds to the network's output, when
+    predicting (evaluation mode), a draw of :math:`J P^{-1} J^\top`'s Gaussian: every pass of pyrobnn's predictive
+    is then a draw of the linearised predictive, the MAP network's output its mean. The Cholesky factor of each
+    input's output covariance is computed once per input (kept for the inputs of the last passes) in chunks of
+    ``chunk`` rows."""
+
+    def __init__(self, laplace, network: nn.Module, chunk: int = 8, keep: int = 256):
+        self.laplace, self.network, self.chunk, self.keep = laplace, network, chunk, keep
+        self.selected = [f"net.{name}" for name, p in network.named_parameters() if p.requires_grad]
+        """The sites the approximation covers, in laplace-torch's order."""
+        self._factors: dict = {}
+        self._handle = None
+
+    def attach(self, model) -> "LinearizedLaplace":
+        """Hook onto ``model``'s network (once)."""
+        if self._handle is None:
+            self._handle = model.net.register_forward_hook(self)
+        return self
+
+    def factor(self, x: torch.Tensor) -> torch.Tensor:
+        """The Cholesky factors ``(N, C, C)`` of the outputs' covariance :math:`J P^{-1} J^\top` at ``x``."""
+        key = (x.data_ptr(), tuple(x.shape), x.stride())
+        kept = self._factors.get(key)
+        if kept is not None and torch.equal(kept[0], x):
+            return kept[1]
+        parts, device = [], next(self.network.parameters()).device
+        for rows in x.split(self.chunk):
+            with warnings.catch_warnings():  # torch.func's loop over a batching rule it lacks (CPU attention)
+                warnings.filterwarnings("ignore", message="There is a performance drop")
+                jacobians, _ = self.laplace.backend.jacobians(rows.to(device), enable_backprop=False)
+            variance = self.laplace.functional_variance(jacobians)
+            eye = torch.eye(variance.shape[-1], dtype=variance.dtype, device=variance.device)
+            parts.append(torch.linalg.cholesky(variance + 1e-9 * eye).detach())
+        factor = torch.cat(parts)
+        if len(self._factors) >= self.keep:
+            self._factors.pop(next(iter(self._factors)))
+        self._factors[key] = (x.detach().clone(), factor)
+        return factor
+
+    def __call__(self, module, inputs, output):
+        if module.training or not torch.is_tensor(output):
+            return None
+        factor = self.factor(inputs[0]).to(output)
+        noise = torch.randn(output.shape, dtype=output.dtype, device=output.device)
+        return output + (factor @ noise.unsqueeze(-1)).squeeze(-1)
+
+    def report(self) -> dict:
+        """The tuned prior precision, the log marginal likelihood there and the number of weights."""
+        return {"prior_precision": self.laplace.prior_precision.detach().cpu().flatten().tolist(),
+                "log_marginal_likelihood": float(self.laplace.log_marginal_likelihood().detach()),
+                "weights": int(self.laplace.n_params)}
+
+
+def fit_linearized_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, select: Callable[[str], bool],
+                           batch_size: int = 16, prior_steps: int = 1000, state: Optional[dict] = None
+                           ) -> LinearizedLaplace:
+    """The Kronecker-factored Laplace approximation of the sites ``select`` names (laplace-torch's ``Laplace(...,
+    "classification", subset_of_weights="all", hessian_structure="kron")`` over a :func:`plain_network` at the MAP
+    fit ``guide``, the others held at their MAP values), its scalar prior precision from 1 tuned by the marginal
+    likelihood (``prior_steps`` steps of Adam at 0.1), as Laplace-LoRA's code runs it; or, with ``state``
+    (``laplace.state_dict()``), the one saved, without fitting. Attached to the model (:class:`LinearizedLaplace`)."""
+    try:
+        from laplace import Laplace
+    except ImportError:
+        raise ImportError("the Laplace approximation needs laplace-torch: pip install 'pyrobnn[laplace]'") from None
+    if _likelihood(model)[0] != "classification":
+        raise ValueError("the linearised Laplace of the adapters takes a Categorical likelihood (classification)")
+    network = plain_network(model, point_values(guide), select).to(device_of(guide, model)).eval()
+    if not any(p.requires_grad for p in network.parameters()):
+        raise ValueError("the linearised Laplace approximation selects no weight of the network's sites")
+    laplace = Laplace(network, "classification", subset_of_weights="all", hessian_structure="kron",
+                      prior_precision=1.0)
+    if state is not None:
+        laplace.load_state_dict(state)
+        return LinearizedLaplace(laplace, network).attach(model)
+    device = next(p for p in network.parameters() if p.requires_grad).device
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x.to(device), y.to(device)),
+                                         batch_size=batch_size)
+    laplace.fit(loader)
+    with warnings.catch_warnings():  # about the link approximation of laplace-torch's own predictive, unused here
+        warnings.filterwarnings("ignore", message="By default `link_approx`")
+        laplace.optimize_prior_precision(method="marglik", pred_type="glm", n_steps=prior_steps, lr=1e-1)
+    return LinearizedLaplace(laplace, network).attach(model)

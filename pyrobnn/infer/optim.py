@@ -22,7 +22,7 @@ from pyrobnn.checks import choice, finite, in_range, nonnegative, nonnegative_in
 __all__ = ["OPTIMIZERS", "Optim", "GuideRateOptim", "TwoGroupSGD", "StepDecay", "FlatThenLinear", "make_optimizer",
            "make_scheduler", "summed_loss_rates", "summed_loss_group", "split_parameters", "trained_parameters",
            "per_example_rate", "SCALE_INVARIANT", "Schedule", "OptimizerFactory", "ScheduledFactory", "WarmedUpFactory",
-           "schedule_of",
+           "schedule_of", "splits_kl", "kl_step",
            "PerturbingOptimizer"]
 
 Schedule = Union[Callable[[int], float], Sequence[Callable[[int], float]]]
@@ -136,11 +136,12 @@ def split_parameters(model, guide) -> tuple[list, list]:
 
 
 def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0,
-                   rate_scale: float = 1.0) -> torch.optim.Optimizer:
+                   rate_scale: float = 1.0, kl_lr: Optional[float] = None) -> torch.optim.Optimizer:
     """:data:`OPTIMIZERS` ``[name]`` over ``params``, fused into one kernel where the device supports it (CPU and
     CUDA): one update for all parameters instead of one per tensor. ``lr`` and ``weight_decay`` are passed as
     they are (the loss's own units); :class:`Optim` takes per-example ones. ``rate_scale`` (the per-example rate
-    over ``lr``) is kept in every group for :func:`per_example_rate`."""
+    over ``lr``) is kept in every group for :func:`per_example_rate`; ``kl_lr`` (the loss's units), where given,
+    marks every group's KL as stepped apart (:func:`kl_step`)."""
     params = list(params)
     cls, options = OPTIMIZERS[choice("optimizer", name, OPTIMIZERS)]
     optim = None
@@ -153,7 +154,31 @@ def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: f
         optim = cls(params, lr=lr, weight_decay=weight_decay, **options)
     for group in optim.param_groups:
         group.setdefault("rate_scale", rate_scale)
+        if kl_lr is not None:
+            group.setdefault("kl_lr", kl_lr)
     return optim
+
+
+def splits_kl(optim: torch.optim.Optimizer) -> bool:
+    """Whether ``optim`` steps the likelihood's gradient alone, the KL's being stepped apart by :func:`kl_step`
+    (a group carries ``"kl_lr"``: :class:`Optim` with ``kl_lr``)."""
+    return any(group.get("kl_lr") is not None for group in optim.param_groups)
+
+
+def kl_step(optim: torch.optim.Optimizer, gradients) -> None:
+    r"""The KL's own step: plain SGD, :math:`\theta \leftarrow \theta - \eta_{KL}\, \nabla_\theta\, \beta
+    \mathrm{KL}`, on ``gradients`` (``[(parameter, gradient)]``, the β-weighted KL's), in every group of ``optim``
+    that carries ``"kl_lr"`` (:math:`\eta_{KL}` on the summed ELBO), times the group's learning rate over its
+    initial one (the schedule and warm-up of the likelihood's rate apply to it too, as BLoB's second scheduler
+    and AdamW's decay :math:`\eta\lambda` follow theirs)."""
+    found = {id(parameter): gradient for parameter, gradient in gradients}
+    with torch.no_grad():
+        for group in optim.param_groups:
+            rate = group.get("kl_lr")
+            pairs = [(p, found[id(p)]) for p in group["params"] if id(p) in found] if rate else []
+            if pairs:
+                scale = group["lr"] / group.get("initial_lr", group["lr"])
+                torch._foreach_add_([p for p, _ in pairs], [g for _, g in pairs], alpha=-rate * scale)
 
 
 def per_example_rate(group: dict) -> float:
@@ -185,7 +210,7 @@ def make_scheduler(optim: torch.optim.Optimizer, schedule: Optional[Schedule]):
 
 @dataclass(frozen=True)
 class Optim:
-    """Adam (or SGD with Nesterov momentum 0.9) over the guide's and the model's parameters, with its schedule.
+    r"""Adam (or SGD with Nesterov momentum 0.9) over the guide's and the model's parameters, with its schedule.
 
     ``lr`` and ``weight_decay`` are per example, as papers state them (for the mean loss over the training
     examples): the optimiser gets those of the summed ELBO, :func:`summed_loss_rates` with N = ``model.num_data``
@@ -197,6 +222,13 @@ class Optim:
     :param schedule: a multiplier of the rate per epoch (:class:`StepDecay`, :class:`FlatThenLinear`, any
         callable), or None for a constant rate.
     :param warmup_steps: ramp the rate linearly from ``1/W`` of its value over the first ``W`` optimiser steps.
+    :param kl_lr: the KL stepped apart from the likelihood: plain SGD at this per-example rate on the β-weighted KL
+        (:func:`kl_step`; on the summed ELBO ``kl_lr / N``, following ``lr``'s schedule and warm-up), the optimiser
+        ``name`` stepping the likelihood's gradient alone; None: the KL is part of the loss the optimiser steps.
+        Adam is scale-free: a parameter the data give no gradient (LoRA's :math:`A` while :math:`B = 0`) would take
+        full-rate steps from the prior's gradient alone. BLoB (Wang et al. 2024) steps its KL by SGD so; under MAP
+        with a Gaussian prior :math:`\mathcal N(0, s^2)` the step is decoupled weight decay (Loshchilov & Hutter
+        2019, AdamW), each weight multiplied by :math:`1 - \beta\,\mathrm{kl\_lr} / (N s^2)`.
     """
 
     name: str = "adam"
@@ -204,19 +236,27 @@ class Optim:
     weight_decay: float = 0.0
     schedule: Optional[Schedule] = None
     warmup_steps: int = 0
+    kl_lr: Optional[float] = None
 
     def __post_init__(self):
         choice("optimizer", self.name, OPTIMIZERS)
         positive("lr (learning rate)", self.lr)
         nonnegative("weight_decay", self.weight_decay)
         _check_schedule(self.schedule, self.warmup_steps)
+        if self.kl_lr is not None:
+            nonnegative("kl_lr (the KL's own SGD rate; None: the KL in the loss)", self.kl_lr)
 
     def __call__(self, model, guide) -> torch.optim.Optimizer:
         return make_optimizer(trained_parameters(model, guide), self.name, **self.group(model))
 
     def group(self, model) -> dict:
-        """``{"lr", "weight_decay", "rate_scale"}`` on the summed ELBO of ``model`` (:func:`summed_loss_group`)."""
-        return summed_loss_group(self.name, self.lr, self.weight_decay, getattr(model, "num_data", None))
+        """``{"lr", "weight_decay", "rate_scale"}`` on the summed ELBO of ``model`` (:func:`summed_loss_group`), and
+        ``"kl_lr"`` on it where the KL is stepped apart."""
+        num_data = getattr(model, "num_data", None)
+        options = summed_loss_group(self.name, self.lr, self.weight_decay, num_data)
+        if self.kl_lr is not None:
+            options["kl_lr"] = summed_loss_rates("sgd", self.kl_lr, 0.0, num_data)[0]
+        return options
 
 
 

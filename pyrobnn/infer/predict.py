@@ -89,6 +89,10 @@ def prepared(model, guide, x: torch.Tensor):
     model = network_model(model, x[:PROTOTYPE_ROWS])
     if isinstance(guide, SiteGuide):
         guide.set_up(x[:PROTOTYPE_ROWS])
+    elif getattr(guide, "prototype_trace", False) is None:  # a Pyro autoguide makes its parameters on its first call
+        raise ValueError(f"the guide {type(guide).__name__} has not met the model yet, so it has no parameters to "
+                         "predict with (a Pyro autoguide makes them on its first call): train it first (pyrobnn.fit, "
+                         "or pyro.infer.SVI steps)")
     return model, guide
 
 

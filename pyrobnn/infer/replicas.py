@@ -32,7 +32,7 @@ import torch
 from pyrobnn.device import resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers.node_draws import check_components
-from pyrobnn.infer.optim import Optim, make_scheduler, schedule_of
+from pyrobnn.infer.optim import Optim, make_scheduler, schedule_of, splits_kl
 from pyrobnn.infer.recording import check_mode
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.step import ExecutorFailed, Step, objective, settle, tensors
@@ -124,7 +124,7 @@ def fit_replicas(
             group["params"] = [stacked[position[id(p)]] for p in group["params"]]
         scheduler = make_scheduler(optim, schedule_of(optimizer)[0])
         step = Step(model, guide, elbo, compile, steps=epochs * math.ceil(x.shape[0] / batch_size), device=device,
-                    stacked=stacked)
+                    stacked=stacked, split_kl=splits_kl(optim))
         run = Run(model, guide, optim, scheduler, History())
         try:
             history = train_epochs(run, step, x, y, range(epochs), batch_size, seed, device, beta=beta,

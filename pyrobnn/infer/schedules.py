@@ -8,11 +8,12 @@ ELBO; see :func:`pyrobnn.handlers.kl_annealing`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pyrobnn.checks import nonnegative, nonnegative_int, positive_int
 
-__all__ = ["Constant", "LinearWarmup", "Geometric", "geometric_weights", "SCHEDULES"]
+__all__ = ["Constant", "LinearWarmup", "Geometric", "KLCycles", "geometric_weights", "for_data", "SCHEDULES"]
 
 
 @dataclass(frozen=True)
@@ -84,5 +85,50 @@ class Geometric:
         return steps_per_epoch * 2.0 ** (-(step + 1)) / norm
 
 
-SCHEDULES = {"constant": Constant, "linear": LinearWarmup, "geometric": Geometric}
+@dataclass(frozen=True)
+class KLCycles:
+    r"""BLoB's KL re-weighting as its code runs it (Wang et al. 2024, ``--bayes-klreweighting
+    --bayes-datasetrescaling``, :math:`\gamma = 8`): cycles of :math:`M = \lfloor 100\, N^{\pi/\gamma} / B floor`
+    steps over the whole run, not the epoch, step :math:`i = 1..M` of a cycle weighing
+    :math:`\pi_i = 2^i / (2^{M+1} - 1)` (back-loaded, summing to about 1 a cycle).
+
+    BLoB steps :math:`\pi_i \mathrm{KL}` by SGD at its KL rate; in pyrobnn's units (the summed ELBO, over an epoch of
+    :math:`S` steps :math:`\sumeta = S` counting the KL once) :math:`eta = S \pi_i`, so a KL stepped apart at
+    the per-example rate :math:`\eta` (:class:`~pyrobnn.infer.optim.Optim`'s ``kl_lr``) takes BLoB's step at its
+    KL rate :math:`\eta / B`. It reads the training-set size N (:func:`for_data`, which
+    :func:`~pyrobnn.infer.svi.fit` applies); B is :math:`N / S`."""
+
+    GAMMA = 8.0
+    SCALE = 100.0
+
+    def for_data(self, num_data: int) -> "_BoundKLCycles":
+        """The schedule for a training set of ``num_data`` examples."""
+        return _BoundKLCycles(positive_int("num_data (the training-set size)", num_data))
+
+    def cycle(self, num_data: int, steps_per_epoch: int) -> int:
+        """M, the steps of a cycle, for N = ``num_data`` and S = ``steps_per_epoch`` (B = N / S)."""
+        return max(1, int(self.SCALE * num_data ** (math.pi / self.GAMMA) * steps_per_epoch / num_data))
+
+    def __call__(self, epoch, step, steps_per_epoch):
+        raise ValueError("KLCycles reads the training-set size: use KLCycles().for_data(N) (fit does)")
+
+
+@dataclass(frozen=True)
+class _BoundKLCycles(KLCycles):
+    num_data: int = 1
+
+    def __call__(self, epoch, step, steps_per_epoch):
+        cycle = self.cycle(self.num_data, steps_per_epoch)
+        i = (epoch * steps_per_epoch + step) % cycle + 1
+        return steps_per_epoch * 2.0 ** (i - cycle - 1) / (1.0 - 2.0 ** (-(cycle + 1)))
+
+
+def for_data(schedule, num_data: int):
+    """``schedule`` for a training set of ``num_data`` examples: its ``for_data(num_data)`` where it reads the size
+    (:class:`KLCycles`), else itself."""
+    bind = getattr(schedule, "for_data", None)
+    return schedule if bind is None else bind(num_data)
+
+
+SCHEDULES = {"constant": Constant, "linear": LinearWarmup, "geometric": Geometric, "kl-cycles": KLCycles}
 """The β schedules by name (``--beta NAME``)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import pyro
 import torch
@@ -44,7 +44,7 @@ from pyrobnn.guides.base import direct_parameters
 from pyrobnn.handlers import kl_annealing
 from pyrobnn.handlers.particles import ParticlesUnsupported
 from pyrobnn.infer.elbo import ELBOTerms, MeanFieldELBO, Objective
-from pyrobnn.infer.optim import trained_parameters
+from pyrobnn.infer.optim import kl_step, splits_kl, trained_parameters
 from pyrobnn.infer.recording import (
     COSTS,
     PROBE_STEPS,
@@ -60,8 +60,8 @@ from pyrobnn.infer.recording import (
     resolve,
 )
 
-__all__ = ["Step", "svi_step", "update", "set_gradients", "optimizer_step", "loss_terms", "objective", "settle",
-           "tensors", "ExecutorFailed", "MAX_GRAPHS"]
+__all__ = ["Step", "SplitGradients", "svi_step", "update", "set_gradients", "optimizer_step", "loss_terms",
+           "objective", "settle", "tensors", "ExecutorFailed", "MAX_GRAPHS"]
 
 MAX_GRAPHS = 8
 """Recordings one step keeps (one per batch shape, training mode and parameter storage), then eagerly."""
@@ -89,12 +89,25 @@ def loss_terms(model, guide, x, y, elbo, beta) -> ELBOTerms:
         return elbo.terms(model, guide, x, y)
 
 
+class SplitGradients(NamedTuple):
+    """A step's gradient in its two parts, for an optimiser that steps the KL apart
+    (:func:`~pyrobnn.infer.optim.splits_kl`): the likelihood's (``data``), which the optimiser steps, and the
+    β-weighted KL's (``kl``), which :func:`~pyrobnn.infer.optim.kl_step` steps; each ``[(parameter, gradient)]``."""
+
+    data: list
+    kl: list
+
+
 def update(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> None:
     """``optim`` steps on ``loss``'s gradient, unless the loss is not finite; ``gradients``
     (``[(parameter, gradient), ...]``, from a recorded step) are that gradient, already computed (parameters not
-    listed get none): :func:`set_gradients`, then :func:`optimizer_step`."""
-    if set_gradients(optim, loss, gradients):
+    listed get none): :func:`set_gradients`, then :func:`optimizer_step`. :class:`SplitGradients`: the optimiser
+    steps their ``data`` part, then :func:`~pyrobnn.infer.optim.kl_step` their ``kl`` part."""
+    split = isinstance(gradients, SplitGradients)
+    if set_gradients(optim, loss, gradients.data if split else gradients):
         optimizer_step(optim, loss)
+        if split:
+            kl_step(optim, gradients.kl)
 
 
 def set_gradients(optim: torch.optim.Optimizer, loss: torch.Tensor, gradients=None) -> bool:
@@ -134,10 +147,10 @@ class _Recording:
     replays after the first are timed, ``graph`` and ``key`` (:func:`~pyrobnn.infer.recording.fingerprint`), what
     :class:`~pyrobnn.infer.recording.ExecutorCosts` keeps of it."""
 
-    __slots__ = ("run", "trained", "mode", "graph", "key", "calls", "seconds", "built_s")
+    __slots__ = ("run", "trained", "kl_trained", "mode", "graph", "key", "calls", "seconds", "built_s")
 
     def __init__(self, run, trained, mode, graph, key, built_s):
-        self.run, self.trained, self.mode, self.graph, self.key = run, trained, mode, graph, key
+        (self.trained, self.kl_trained), self.run, self.mode, self.graph, self.key = trained, run, mode, graph, key
         self.calls, self.seconds, self.built_s = 0, 0.0, built_s
 
     @property
@@ -148,7 +161,9 @@ class _Recording:
 class Step:
     """``Step(model, guide, elbo, compile)(x, y, beta)`` -> ``(terms, gradients)``: one step's
     :class:`~pyrobnn.infer.elbo.ELBOTerms` and the loss's gradient (``[(parameter, gradient), ...]``, or None when
-    ``terms.loss`` is to be differentiated), by the executor ``compile`` (see the module docstring).
+    ``terms.loss`` is to be differentiated), by the executor ``compile`` (see the module docstring). With
+    ``split_kl``, the gradient is :class:`SplitGradients`, the likelihood's and the β-weighted KL's apart (an
+    optimiser that steps the KL apart, :func:`~pyrobnn.infer.optim.splits_kl`), under every executor.
 
     :param steps: how many steps the run will take, when known (``"auto"`` compiles a graph with inductor once its
         measured costs say the rest of the run repays it, :func:`~pyrobnn.infer.recording.inductor_repays`).
@@ -158,8 +173,10 @@ class Step:
     """
 
     def __init__(self, model, guide, elbo=None, compile: str = "auto", *, steps: int | None = None,
-                 device: torch.device | None = None, stacked: Sequence[torch.Tensor] | None = None):
+                 device: torch.device | None = None, stacked: Sequence[torch.Tensor] | None = None,
+                 split_kl: bool = False):
         self.model, self.guide, self.elbo = model, guide, objective(elbo)
+        self.split_kl = bool(split_kl)
         self.requested = check_mode(compile)
         self.stacked = stacked
         device = device if device is not None else next(iter(tensors(model, guide)), torch.empty(0)).device
@@ -193,7 +210,7 @@ class Step:
     def __call__(self, x: torch.Tensor, y: torch.Tensor, beta) -> tuple[ELBOTerms, list | None]:
         self.done += 1
         if self.mode == "none":
-            return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+            return self._eager(x, y, beta)
         nonnegative("beta (KL weight)", beta)  # the graph's β is a tensor input, never read while recording
         if not self._settled:  # a guide's first call may move its parameters (a NormalGuide packs them into one
             self._settled = True  # storage): one eager pass first, so that the recording reads where they stay
@@ -208,17 +225,17 @@ class Step:
                     warnings.warn(f"compile={self.mode!r}: the step keeps {MAX_GRAPHS} recordings (one per batch "
                                   "shape, training mode and parameter storage), so a step of any other runs eagerly",
                                   RuntimeWarning, stacklevel=2)
-                return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+                return self._eager(x, y, beta)
             recording = self._recorded(inputs)
             if recording is None:  # fell back to eager
-                return loss_terms(self.model, self.guide, x, y, self.elbo, beta), None
+                return self._eager(x, y, beta)
             self.graphs[key] = recording
         try:
             with torch.no_grad():
                 if recording.probing:
-                    loss, nll, kl, *gradients = self._probed(recording, inputs)
+                    loss, nll, kl, prior, *gradients = self._probed(recording, inputs)
                 else:
-                    loss, nll, kl, *gradients = recording.run(*inputs)
+                    loss, nll, kl, prior, *gradients = recording.run(*inputs)
         except PASSTHROUGH:
             raise
         except Exception as error:  # inductor compiles at the graph's first call
@@ -229,7 +246,22 @@ class Step:
             return self(x, y, beta)
         recording.calls += 1
         params = inputs[3:]
-        return ELBOTerms(loss, nll, kl), [(params[i], gradient) for i, gradient in zip(recording.trained, gradients)]
+        data = [(params[i], gradient) for i, gradient in zip(recording.trained, gradients)]
+        if not self.split_kl:
+            return ELBOTerms(loss, nll, kl, prior), data
+        kl_part = gradients[len(recording.trained):]
+        return ELBOTerms(loss, nll, kl, prior), SplitGradients(data, [(params[i], g) for i, g in
+                                                                      zip(recording.kl_trained, kl_part)])
+
+    def _eager(self, x, y, beta) -> tuple[ELBOTerms, SplitGradients | None]:
+        """The step from Python: its terms, to be differentiated, or with ``split_kl`` the two gradients taken."""
+        terms = loss_terms(self.model, self.guide, x, y, self.elbo, beta)
+        if not self.split_kl:
+            return terms, None
+        params = [t for t in self.tensors() if t.requires_grad]
+        data, kl = split_gradients(terms, params)
+        return terms, SplitGradients([(p, g) for p, g in zip(params, data) if g is not None],
+                                     [(p, g) for p, g in zip(params, kl) if g is not None])
 
     # -- recording ---------------------------------------------------------------------------
     def _inputs(self, x, y, beta) -> tuple:
@@ -274,27 +306,34 @@ class Step:
 
     def _record(self, inputs):
         """The graph of the terms and of the loss's gradient with respect to every tensor input that requires one:
-        ``(graph, trained)``, the graph returning ``(loss, nll, kl, *gradients)``, one gradient for each
-        ``inputs[3:][i]``, ``i`` in ``trained`` (those that receive one)."""
+        ``(graph, (trained, kl_trained))``, the graph returning ``(loss, nll, kl, prior, *gradients)``, one gradient for
+        each ``inputs[3:][i]``, ``i`` in ``trained`` (those that receive one); with ``split_kl`` the likelihood's,
+        then the β-weighted KL's, one for each ``i`` in ``kl_trained``."""
         model, guide, elbo = self.model, self.guide, self.elbo
         own = self.tensors()
         wrt = [i for i, t in enumerate(own) if t.requires_grad]
-        trained = []
+        trained, kl_trained, split = [], [], self.split_kl
 
         def step(x, y, beta, *values):  # the modules read their own tensors: the recording follows them as inputs
             terms = loss_terms(model, guide, x, y, elbo, beta)
-            gradients = torch.autograd.grad(terms.loss, [values[i] for i in wrt], allow_unused=True)
+            wanted = [values[i] for i in wrt]
+            if split:
+                gradients, kl_gradients = split_gradients(terms, wanted)
+            else:
+                gradients, kl_gradients = torch.autograd.grad(terms.loss, wanted, allow_unused=True), ()
             trained[:] = [i for i, gradient in zip(wrt, gradients) if gradient is not None]
-            return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(),
-                    *(gradient for gradient in gradients if gradient is not None))
+            kl_trained[:] = [i for i, gradient in zip(wrt, kl_gradients) if gradient is not None]
+            prior = torch.zeros_like(terms.nll) if terms.prior is None else terms.prior.detach().to(terms.nll)
+            return (terms.loss.detach(), terms.nll.detach(), torch.as_tensor(terms.kl).to(terms.nll).detach(), prior,
+                    *(gradient for gradient in (*gradients, *kl_gradients) if gradient is not None))
 
         graph = record(step, (*inputs[:3], *own))
         if self.stacked is None:
-            return graph, tuple(trained)
+            return graph, (tuple(trained), tuple(kl_trained))
         batched = torch.func.vmap(graph, in_dims=(None, None, None) + (0,) * len(self.stacked),
                                   randomness="different")
         with torch.no_grad():
-            return record(batched, inputs), tuple(trained)
+            return record(batched, inputs), (tuple(trained), tuple(kl_trained))
 
     def _probed(self, recording: _Recording, inputs) -> tuple:
         """A replay of a recording whose costs are being measured: the first (which may compile) sets its build
@@ -349,6 +388,17 @@ class Step:
         self.mode, self.reason, self.graphs = mode, f"fell back from {self.mode}: {first_line(error)}", {}
 
 
+def split_gradients(terms: ELBOTerms, params) -> tuple[tuple, tuple]:
+    """``(data, kl)``: the gradients with respect to ``params`` of the likelihood's term (``terms.loss -
+    terms.prior``: the KL's path gets exactly zero) and of the β-weighted KL (``terms.prior``); None where a
+    parameter gets none."""
+    prior = terms.prior
+    if prior is None or not prior.requires_grad:
+        return torch.autograd.grad(terms.loss, params, allow_unused=True), (None,) * len(params)
+    kl = torch.autograd.grad(prior, params, retain_graph=True, allow_unused=True)
+    return torch.autograd.grad(terms.loss - prior, params, allow_unused=True), kl
+
+
 def settle(model, guide, elbo, x, y) -> None:
     """One eager pass of the terms without gradients, the random state and the buffers restored after it (a
     guide's first call may move its parameters: a recording must read them where they stay)."""
@@ -400,11 +450,13 @@ def svi_step(model, guide, optim: torch.optim.Optimizer, x: torch.Tensor, y: tor
     pyrobnn guide reads its parameters without ``pyro.param`` messages here
     (:func:`~pyrobnn.guides.base.direct_parameters`): ``optim`` already holds them."""
     elbo = objective(elbo)
-    key = (id(model), _settings(elbo), compile)  # an objective built anew each call reuses the engine
+    split = splits_kl(optim)
+    # an objective built anew each call reuses the engine
+    key = (id(model), _settings(elbo), compile, *(("kl apart",) if split else ()))
     steps = _STEPS.setdefault(guide, {})
     step = steps.get(key)
     if step is None:
-        step = steps[key] = Step(model, guide, elbo, compile, device=x.device)
+        step = steps[key] = Step(model, guide, elbo, compile, device=x.device, split_kl=split)
     terms, gradients = step(x, y, beta)
     update(optim, terms.loss, gradients)
     return terms

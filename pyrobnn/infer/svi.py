@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
@@ -38,10 +39,10 @@ from pyrobnn.device import device_of, resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.elbo import MeanFieldELBO
-from pyrobnn.infer.optim import Optim, PerturbingOptimizer, make_scheduler, per_example_rate, schedule_of
+from pyrobnn.infer.optim import Optim, PerturbingOptimizer, make_scheduler, per_example_rate, schedule_of, splits_kl
 from pyrobnn.infer.predict import PROTOTYPE_ROWS, predictive_outputs
 from pyrobnn.infer.recording import check_mode
-from pyrobnn.infer.schedules import Constant
+from pyrobnn.infer.schedules import Constant, for_data
 from pyrobnn.infer.step import Step, objective, optimizer_step, set_gradients, svi_step, update
 from pyrobnn.model.protocol import network_model
 
@@ -197,6 +198,19 @@ def built_optimizer(optimizer, model, guide) -> tuple[torch.optim.Optimizer, int
     return optim, nonnegative_int("warmup_steps of the optimizer", schedule_of(optimizer)[1])
 
 
+def warn_prior_under_adam(model, optim: torch.optim.Optimizer) -> None:
+    """Warn once where a pretrained network (frozen parameters) with a prior is fitted by Adam with the KL in its
+    loss: a parameter the data give no gradient (LoRA's A while B = 0) is then stepped at Adam's full rate by the
+    prior's gradient alone, and the adapters collapse (:mod:`pyrobnn.methods.lora`)."""
+    if not isinstance(optim, torch.optim.Adam) or splits_kl(optim) or not getattr(model, "sites", None):
+        return
+    if model.sites() and any(not p.requires_grad for p in model.parameters()):
+        warnings.warn("a network with frozen (pretrained) parameters is fitted by Adam with the KL in its loss: a "
+                      "parameter the data give no gradient (LoRA's A while B = 0) is stepped at Adam's full rate by "
+                      "the prior's gradient alone, and the adapters collapse; step the KL apart: "
+                      "pyrobnn.methods.finetuned(method), or Optim(kl_lr=...)", RuntimeWarning, stacklevel=3)
+
+
 def epoch_batches(rows: int, batch_size: int, seed: int, epoch: int) -> tuple[torch.Tensor, ...]:
     """The row indices of epoch ``epoch``'s batches: a permutation seeded by ``seed`` and the epoch."""
     order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed * 100003 + epoch))
@@ -349,9 +363,10 @@ def fit(
     model.num_data = x.shape[0] if num_data is None else num_data
 
     optim, warmup_steps = built_optimizer(optimizer, model, guide)
+    warn_prior_under_adam(model, optim)
     scheduler = make_scheduler(optim, schedule_of(optimizer)[0])
     steps = math.ceil(x.shape[0] / batch_size)
-    step = Step(model, guide, elbo, compile, steps=epochs * steps, device=device)
+    step = Step(model, guide, elbo, compile, steps=epochs * steps, device=device, split_kl=splits_kl(optim))
     run = Run(model, guide, optim, scheduler, History())  # train_epochs records the executor that ran
     pyro.set_rng_seed(seed)
     start = run.resume(checkpoint, device) if checkpoint is not None and checkpoint.resume \
@@ -386,8 +401,10 @@ def train_epochs(run: "Run", step: Step, x, y, epochs: range, batch_size: int, s
                  callbacks: Sequence[Callback] = ()) -> History:
     """The loop of :func:`fit` (and of :func:`~pyrobnn.infer.replicas.fit_replicas`, whose step trains R replicas:
     its records hold a list of R values where a replica's differ): each epoch's batches through ``step``, the
-    scheduler, the callbacks, the checkpoint."""
+    scheduler, the callbacks, the checkpoint. A β schedule that reads the training-set size
+    (:class:`~pyrobnn.infer.schedules.KLCycles`) gets the model's ``num_data``."""
     steps = math.ceil(x.shape[0] / batch_size)
+    beta = for_data(beta, run.model.num_data)
     bar = Progress(
         TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), disable=not progress, transient=False,

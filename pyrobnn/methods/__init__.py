@@ -8,12 +8,14 @@ predicts, evaluates, draws, saves and loads.
 :mod:`~pyrobnn.methods.base` (the :class:`Method` contract and SVI), :mod:`~pyrobnn.methods.posthoc` (ensembles,
 Laplace, SWAG, SG-MCMC), :mod:`~pyrobnn.methods.nuts`, :mod:`~pyrobnn.methods.ivon`,
 :mod:`~pyrobnn.methods.posterior` (the :class:`Posterior` protocol), :mod:`~pyrobnn.methods.rules` (the papers'
-rules that depend on the run) and :mod:`~pyrobnn.methods.registry` (every method by name).
+rules that depend on the run), :mod:`~pyrobnn.methods.lora` (a pretrained network's fine-tuning settings:
+:func:`finetuned`) and :mod:`~pyrobnn.methods.registry` (every method by name).
 """
 
 from pyrobnn.infer.draws import Draws
 from pyrobnn.methods.base import Method, Variational
 from pyrobnn.methods.ivon import IVON
+from pyrobnn.methods.lora import finetuned
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior, VariationalPosterior, load_posterior
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
@@ -25,4 +27,4 @@ the methods' posteriors (``ensemble``, ``laplace``, ``swag``, ``sgmcmc``, ``mcmc
 
 __all__ = ["Method", "Variational", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "Posterior",
            "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "METHODS", "FAMILIES", "METHOD_NAMES",
-           "resolve_method", "DRAWS_KINDS"]
+           "resolve_method", "DRAWS_KINDS", "finetuned"]

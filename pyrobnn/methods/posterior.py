@@ -32,10 +32,12 @@ from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive_int
 from pyrobnn.infer.draws import Draws
+from pyrobnn.infer.laplace import LinearizedLaplace, fit_linearized_laplace
 from pyrobnn.infer.predict import predict, predict_moments
 from pyrobnn.infer.svi import History
 
-__all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "VARIATIONAL_KIND"]
+__all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "LinearizedPosterior", "load_posterior",
+           "VARIATIONAL_KIND"]
 
 VARIATIONAL_KIND = "variational"
 """The ``"kind"`` entry of a file :meth:`VariationalPosterior.save` writes (a draws file names its draws' kind)."""
@@ -123,11 +125,11 @@ class VariationalPosterior(Posterior):
         return {name: torch.stack([trace.nodes[name]["value"].detach() for trace in traces]) for name in names}
 
     def save(self, path: str | Path, **metadata) -> None:
-        """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, the method's report
-        and ``metadata``."""
+        """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, its predictive's
+        samples, the method's report and ``metadata``."""
         save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(), "epoch": None,
                                "guide": self.guide.state_dict(), "report": self.report, "moments": self.moments,
-                               **metadata})
+                               "num_samples": self.num_samples, **metadata})
 
 
 @dataclass
@@ -164,19 +166,59 @@ class EmpiricalPosterior(Posterior):
                 for name, value in self.guide.thinned(count).draws().items()}
 
     def save(self, path: str | Path, **metadata) -> None:
-        """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind."""
-        self.result.save(path, **{self.result.kind: self.report, **metadata})
+        """The ``draws.pt`` of :meth:`~pyrobnn.infer.draws.Draws.save`, with the method's report under its kind and
+        the predictive's draws."""
+        self.result.save(path, **{self.result.kind: self.report, "num_samples": self.num_samples, **metadata})
+
+
+@dataclass
+class LinearizedPosterior(VariationalPosterior):
+    """A MAP fit (``guide``, a :class:`~pyrobnn.guides.PointGuide`) with the linearised Laplace approximation of some
+    of its weights (:class:`~pyrobnn.infer.laplace.LinearizedLaplace`, attached to the model): its predictive averages
+    ``num_samples`` draws of the linearised ("GLM") predictive, each a pass of the network whose output the
+    approximation perturbs; :meth:`draw` gives weight samples of the Laplace posterior (the other sites at their MAP
+    values). Laplace-LoRA (:class:`~pyrobnn.methods.lora.LaplaceLoRA`)."""
+
+    laplace: Optional[LinearizedLaplace] = None
+
+    kind = "laplace-lora"
+
+    @torch.no_grad()
+    def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
+        count = self._samples(num_samples)
+        values = super().draw(1, seed)
+        generator = torch.Generator(device=self.laplace.laplace.mean.device).manual_seed(seed)
+        flat = self.laplace.laplace.sample(count, generator=generator)
+        draws = {name: value.expand(count, *value.shape[1:]) for name, value in values.items()}
+        offset, trained = 0, dict(self.laplace.network.named_parameters())
+        for name in self.laplace.selected:  # laplace-torch's order: the network's parameters that require a gradient
+            shape = trained[name[len("net."):]].shape
+            draws[name] = flat[:, offset:offset + shape.numel()].reshape(count, *shape)
+            offset += shape.numel()
+        return draws
+
+    def save(self, path: str | Path, **metadata) -> None:
+        """The MAP fit's states, the approximation's (``laplace``: laplace-torch's ``state_dict``), the predictive's
+        samples, the report and ``metadata``; :func:`load_posterior` reads it back given the model and guide built as
+        the trained ones."""
+        save_checkpoint(path, {"kind": self.kind, "model": self.model.state_dict(), "epoch": None,
+                               "guide": self.guide.state_dict(), "laplace": self.laplace.laplace.state_dict(),
+                               "selected": self.laplace.selected, "report": self.report,
+                               "num_samples": self.num_samples, **metadata})
 
 
 def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,
                    num_samples: Optional[int] = None) -> Posterior:
     """The posterior saved at ``path`` (by :meth:`Posterior.save`, ``pyrobnn train`` or ``pyrobnn mcmc``), in
     ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else a
-    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. A file that does not fit is one
+    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. Its predictive takes
+    ``num_samples`` samples by default, else as many as the saved posterior's did. A file that does not fit is one
     ``ValueError`` naming it."""
     state = load_checkpoint(path)
     kind = state.get("kind")
-    if kind is not None and kind != VARIATIONAL_KIND:
+    if num_samples is None:
+        num_samples = state.get("num_samples")
+    if kind is not None and kind not in (VARIATIONAL_KIND, LinearizedPosterior.kind):
         return EmpiricalPosterior(Draws.load(path, model, state), num_samples, report=dict(state.get(kind) or {}))
     if guide is None:
         raise ValueError(f"{path} holds a variational posterior: pass the guide, built as the trained one "
@@ -187,5 +229,11 @@ def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module
     except (RuntimeError, KeyError, ValueError, TypeError) as error:
         raise ValueError(f"{path} does not fit the model and guide (another network or sizes?): "
                          f"{one_line(error)[:300]}") from None
-    return VariationalPosterior(model, guide, **({} if num_samples is None else {"num_samples": num_samples}),
-                                moments=bool(state.get("moments", False)), report=dict(state.get("report") or {}))
+    options = dict(**({} if num_samples is None else {"num_samples": num_samples}),
+                   report=dict(state.get("report") or {}))
+    if kind == LinearizedPosterior.kind:
+        selected = set(state["selected"])
+        laplace = fit_linearized_laplace(model, guide, None, None, select=selected.__contains__,
+                                         state=state["laplace"])
+        return LinearizedPosterior(model, guide, laplace=laplace, **options)
+    return VariationalPosterior(model, guide, moments=bool(state.get("moments", False)), **options)

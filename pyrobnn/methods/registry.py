@@ -25,9 +25,10 @@ from pyrobnn.guides import (
     PointGuide,
 )
 from pyrobnn.infer.optim import Optim, StepDecay
-from pyrobnn.infer.schedules import Constant, Geometric
+from pyrobnn.infer.schedules import Constant, Geometric, KLCycles
 from pyrobnn.methods.base import Method, Variational
 from pyrobnn.methods.ivon import IVON
+from pyrobnn.methods.lora import LaplaceLoRA
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.methods.rules import SPARSE_VD_BETA
@@ -44,6 +45,14 @@ BBB = Variational(
           "scale-mixture prior at the optimum of their grid (pi = 1/4, sigma1 = 1, sigma2 = e^-8), sigma = "
           "softplus(rho) from rho0 = -5, 5 weight samples per minibatch, the geometric per-minibatch KL weights, Adam "
           "at 1e-3 halved every 100 epochs, batches of 128")
+
+BLOB_KL_LR = 0.002 * 32
+"""BLoB's KL rate per example (their RoBERTa scripts: SGD at 0.002 on the KL of batches of 32; Llama's 0.01 of
+batches of 4 on 2 devices is 0.08)."""
+
+BLOB_RHO = math.log(math.expm1(0.05 ** 2))
+"""BLoB's initial scale (Wang et al. 2024, their code's eps = 0.05): the largest initial sigma eps^2 = 0.0025 is
+softplus(BLOB_RHO)."""
 
 MAP = Variational(prior=GaussianPrior(scale=1.0), guide=PointGuide, num_samples=1,
                   paper="maximum a posteriori: point estimates under a N(0, 1) prior (the likelihood plus ||w||^2/2), "
@@ -118,14 +127,29 @@ _REGISTERED: dict[str, Method] = {
                                            "log variance from a tiny sigma, N(0, 1) prior, KL warm-up then linear "
                                            "annealing"),
     "blob": Variational(
-        prior=GaussianPrior(scale=0.2), guide=partial(NormalGuide, init_rho=-6.0), estimator="flipout",
-        beta=Geometric(), num_samples=10, sites=LORA_A_SITES,
-        paper="Wang et al. 2024, BLoB: Bayesian Low-Rank Adaptation by Backpropagation: a mean-field Gaussian on the "
-              "LoRA A matrices (B and the head point estimates), N(0, 0.2^2) prior, sigma from 0.0025 (their "
-              "eps = 0.05, sigma = eps^2), flipout, the geometric per-minibatch KL re-weighting, 10 test samples"),
+        prior=GaussianPrior(scale=0.2), guide=partial(NormalGuide, parameterization="square", init_rho=BLOB_RHO),
+        estimator="flipout", beta=KLCycles(), num_samples=10, sites=LORA_A_SITES,
+        optimizer=Optim("adam", 5e-4, kl_lr=BLOB_KL_LR),
+        paper="Wang et al. 2024, BLoB: Bayesian Low-Rank Adaptation by Backpropagation, as their code runs it: a "
+              "mean-field Gaussian on the LoRA A matrices (B and the head point estimates), N(0, 0.2^2) prior, sigma "
+              "= G^2 with G from U(eps/sqrt 2, eps), eps = 0.05, flipout, one draw a step and 10 at test; the "
+              "likelihood by Adam at 5e-4 (RoBERTa), the KL by SGD at their 0.002 a batch of 32 (0.064 per "
+              "example), weighted by their cycles of 100 N^(pi/8) / B steps"),
     "mcdropout": Variational(prior=GaussianPrior(scale=1.0), guide=partial(DropoutGuide, rate=0.5), estimator="local",
                              paper="Gal & Ghahramani 2016, Dropout as a Bayesian Approximation: p = 0.5 before every "
                                    "weight layer, one mask per example, N(0, 1) prior as weight decay"),
+    "mcdropout-lora": Variational(prior=GaussianPrior(scale=1.0), guide=partial(DropoutGuide, rate=0.1),
+                                  estimator="local", num_samples=10,
+                                  paper="MC dropout on LoRA adapters, BLoB's baseline (Wang et al. 2024; Gal & "
+                                        "Ghahramani 2016): p = 0.1 (LoRA dropout) on the input of every adapter and "
+                                        "of the head, one mask per example, N(0, 1) prior as weight decay, 10 test "
+                                        "samples"),
+    "laplace-lora": LaplaceLoRA(**{**MAP_SETTINGS, "num_samples": 10},
+                                paper="Yang et al. 2024, Bayesian low-rank adaptation for large language models "
+                                      "(Laplace-LoRA), as their code runs it: a MAP-LoRA fit, then the Kronecker-"
+                                      "factored Laplace of the adapters' weights (laplace-torch, subset all, kron), "
+                                      "the prior precision by the marginal likelihood, the linearised predictive, "
+                                      "10 draws"),
     "map": MAP,
     "ibnn-4": mixture_nodes(4),
     "vdp": Variational(prior=GaussianPrior(scale=0.1), guide=partial(NormalGuide, share="row", init_rho=-3.0),

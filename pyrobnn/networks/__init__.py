@@ -168,10 +168,7 @@ def _pretrained(source: str, input_shape: tuple, num_outputs: int, width: float,
         raise ValueError(f"width and dropout do not apply to hf:{source} (a pretrained network keeps its own): use 1 "
                          f"and 0, got {width!r} and {dropout!r}")
     net = hf.load_classifier(source, num_outputs, lora=hf.LoRA() if lora is None else lora)
-    vocabulary = net.model.config.vocab_size
-    if vocab_size != vocabulary:  # a word tokenizer's ids (imdb's 20,000) would index the embedding silently
-        raise ValueError(f"hf:{source} reads ids of its own tokenizer ({vocabulary} ids), the dataset has "
-                         f"{vocab_size}: load the text with the model's tokenizer (pyrobnn.networks.hf.load_tokenizer)")
+    hf.check_token_ids(source, net, vocab_size)
     return net
 
 

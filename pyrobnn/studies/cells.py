@@ -59,7 +59,7 @@ KEYED_WHEN_SET = ("--data.target", "--data.task", "--data.features", "--data.cat
                   "--data.test-fraction", "--data.seed", "--calibrate", "--calibrate.fraction", "--calibrate.coverage",
                   "--swag", "--swag.start", "--swag.rank", "--swag.lr", "--sgmcmc", "--sgmcmc.temperature",
                   "--sgmcmc.friction", "--sgmcmc.cycles", "--sgmcmc.exploration", "--sgmcmc.chains",
-                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets")
+                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets", "--kl-lr")
 """Options added after studies had cached cells: at their default they change nothing that a cell trains or
 measures, so they enter its key only when set, and the cells cached before they existed keep their keys (an option
 added later joins this list)."""

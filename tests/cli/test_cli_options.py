@@ -85,6 +85,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--lr": (["0.01"], []),
     "--optimizer": (["sgd"], []),
     "--weight-decay": (["0.001"], []),
+    "--kl-lr": (["0.01"], []),
     "--lr-step": (["2"], []),
     "--lr-gamma": (["0.1"], ["--lr-step", "1"]),
     "--lr-linear-from": (["0.5"], []),

@@ -63,10 +63,7 @@ def blocks(page: Path) -> list[Block]:
 
 PAGES_WITH_CODE = [page for page in PAGES if blocks(page)]
 
-PENDING = {
-    "pretrained.rst": "its blocks train a pretrained transformer for minutes at their full size; they run here once "
-                      "the page marks them with their test size (the pretrained/LoRA work of issue 57 owns the page)",
-}
+PENDING: dict[str, str] = {}
 """Pages whose blocks wait for their ``.. test-size:`` comments, and why: skipped with the reason while no block
 of the page has one, run as soon as one does."""
 

@@ -82,7 +82,7 @@ def top_level_asserts(script) -> list[ast.Assert]:
     return found
 
 
-OWNED_ELSEWHERE = {"11_bayesian_finetuning.py": "tutorial 11 is reworked by the pretrained/LoRA work of issue 57"}
+OWNED_ELSEWHERE: dict[str, str] = {}
 """Tutorials this file's checks wait for, and why (an expected failure until they pass, then an unexpected pass)."""
 
 
