@@ -408,12 +408,17 @@ def check_swag(cfg: RunConfig) -> None:
     if cfg.optim.optimizer != "sgd":
         raise ValueError(f"--swag fits its Gaussian to SGD's iterates: pass --optimizer sgd (got --optimizer "
                          f"{cfg.optim.optimizer})")
-    check_collection(method_of(cfg).collection_start(cfg.optim.epochs), cfg.optim.epochs, post.swag_rank,
-                     {"start": "--swag.start", "rank": "--swag.rank", "epochs": "--epochs"})
     if post.swag_lr is not None:
         positive("--swag.lr", post.swag_lr)
         if cfg.optim.lr_step or cfg.optim.lr_linear_from:
             raise ValueError("--swag.lr sets SWAG's learning-rate schedule: drop --lr-step and --lr-linear-from")
+        lr = optimizer_of(cfg).lr
+        if post.swag_lr > lr:
+            raise ValueError(f"--lr {lr:g} is below SWAG's SWA rate --swag.lr {post.swag_lr:g}, and SWAG's rate "
+                             f"falls from --lr to it (Maddox et al. 2019): pass --swag.lr {lr:g} or lower (a study: "
+                             "--swag.lr in its base, or --vary swag.lr=...), or a higher --lr")
+    check_collection(method_of(cfg).collection_start(cfg.optim.epochs), cfg.optim.epochs, post.swag_rank,
+                     {"start": "--swag.start", "rank": "--swag.rank", "epochs": "--epochs"})
 
 
 def check_sgmcmc(cfg: RunConfig) -> None:

@@ -51,7 +51,7 @@ from pyrobnn.cli.options import (
     grid_entry,
     noise_precision,
 )
-from pyrobnn.cli.report import num, say, warn
+from pyrobnn.cli.report import num, rate, say, warn
 from pyrobnn.cli.runs import augmentation, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.data.splits import holdout_splits
@@ -185,12 +185,13 @@ def _shown(point: dict[str, str]) -> str:
 
 
 def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: str, held,
-                    larger_is_better: bool = True) -> tuple[int, dict]:
+                    larger_is_better: bool = True, remedy=lambda: "choose other values") -> tuple[int, dict]:
     """Score each grid point's run on the held-out 20 % (``evaluate(run)`` -> its metrics, ``score`` among them;
     None: the point was dropped, its training diverged) and choose the best (the first of equal scores): ``(index of
     the best point, the record of the search)``, the record ``{"score", "fit_size", "held_out_size", "points":
     [{"values", <metrics> or "diverged"}], "chosen", "seconds"}``.
-    Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``."""
+    Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``; every point dropped is a ``ValueError`` ending
+    with ``remedy()``."""
     tick, records = time.perf_counter(), []
     for i, (point, run) in enumerate(zip(points, runs)):
         metrics = evaluate(run)
@@ -201,13 +202,22 @@ def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: s
         say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
     scored = [i for i, record in enumerate(records) if not record.get("diverged")]
     if not scored:
-        raise ValueError(f"--grid: the training of every one of its {len(points)} points diverged; lower --lr (or "
-                         "choose other values)")
+        raise ValueError(f"--grid: the training of every one of its {len(points)} points diverged; {remedy()}")
     sign = 1.0 if larger_is_better else -1.0
     best = max(scored, key=lambda i: sign * records[i][score])
     say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
     return best, {"score": score, "fit_size": len(held.x_train), "held_out_size": len(held.x_test),
                   "points": records, "chosen": points[best], "seconds": time.perf_counter() - tick}
+
+
+def _rates(runs: list[RunConfig], held) -> str:
+    """The rates the grid's points trained at, as the run's header names them (:func:`~pyrobnn.cli.report.rate`)."""
+    rates = []
+    for run in runs:
+        method = method_of(run)
+        pyro.set_rng_seed(run.optim.seed)
+        rates.append(rate(method, build(run, held, method)[0], run.optim.epochs))
+    return ", ".join(dict.fromkeys(rates))
 
 
 STACKED = (TAU, "likelihood.scale")
@@ -303,5 +313,7 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
         return test_report(posterior.model, posterior.guide, held, posterior.num_samples, run.optim.seed,
                            moments=posterior.moments, max_memory=gigabytes(run.output.max_memory))
 
-    best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification)
+    best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification,
+                                   remedy=lambda: f"they trained at {_rates(runs, held)}: lower --lr (or choose other "
+                                                  "values)")
     return configured(cfg, points[best], data), {"grid": {name: list(values) for name, values in axes}, **record}

@@ -14,7 +14,7 @@ from pyrobnn.cli.build import build, check_batches, check_run, method_of
 from pyrobnn.cli.grid import select_hyperparameters
 from pyrobnn.cli.noise import noise_record, noise_summary
 from pyrobnn.cli.options import RunConfig
-from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, say, warn
+from pyrobnn.cli.report import calibration_line, console, epoch_line, percent, prior_name, rate, say, warn
 from pyrobnn.cli.runs import (
     CALIBRATION_SEED,
     augmentation,
@@ -34,7 +34,7 @@ from pyrobnn.cli.runs import (
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.recording import resolve as resolve_compile
-from pyrobnn.infer.svi import Checkpoint
+from pyrobnn.infer.svi import Checkpoint, TrainingDiverged
 from pyrobnn.methods.posterior import EmpiricalPosterior
 
 __all__ = ["train"]
@@ -91,9 +91,10 @@ def train(cfg: RunConfig) -> dict[str, float]:
     executor, why = resolve_compile(cfg.optim.compile, device, steps)
     calibrating = "" if held_out is None else f" / {len(held_out[0])} held out to calibrate"
     noise = noise_summary(cfg, model, method)
+    trained_at = rate(method, model, cfg.optim.epochs)
     say(f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
         f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
-        f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, device {device}, "
+        f"{prior_name(cfg.prior)}, beta {schedule}, estimator {cfg.optim.estimator}, {trained_at}, device {device}, "
         f"compile {executor} ({why})" + (f", {noise}" if noise else ""))
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
@@ -108,12 +109,15 @@ def train(cfg: RunConfig) -> dict[str, float]:
 
     if method.runs > 1:
         say(f"{method.run_name} 1/{method.runs} (seed {opt.seed})")  # the run's own model and guide
-    posterior = method.train(
-        model, guide, data.x_train, data.y_train, epochs=opt.epochs, seed=opt.seed, precision=opt.precision,
-        make_member=member, compile=opt.compile, device=device, progress=cfg.output.progress,
-        checkpoint=Checkpoint(checkpoint, resume=cfg.output.resume and not method.restarts, config=cfg.to_dict()),
-        on_epoch_end=callbacks, transform=transform,
-    )
+    try:
+        posterior = method.train(
+            model, guide, data.x_train, data.y_train, epochs=opt.epochs, seed=opt.seed, precision=opt.precision,
+            make_member=member, compile=opt.compile, device=device, progress=cfg.output.progress,
+            checkpoint=Checkpoint(checkpoint, resume=cfg.output.resume and not method.restarts, config=cfg.to_dict()),
+            on_epoch_end=callbacks, transform=transform,
+        )
+    except TrainingDiverged as error:  # the rate the run trained at, and the option that sets it
+        raise TrainingDiverged(f"{error} The run trained at {trained_at} (--lr sets it).", error.replica) from None
     history = posterior.history
     report = {"history": history.epochs, "config": cfg.to_dict(), "compile": history.compile,
               "compile_reason": history.compile_reason,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Union
@@ -34,9 +35,9 @@ from pyrobnn.handlers import ESTIMATORS
 from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.replicas import fit_replicas
-from pyrobnn.infer.svi import fit
+from pyrobnn.infer.svi import TrainingDiverged, fit
 from pyrobnn.methods.posterior import Posterior, VariationalPosterior
-from pyrobnn.methods.rules import learning_rate, paper_schedule
+from pyrobnn.methods.rules import learning_rate, noise_factor, paper_schedule, per_unit_noise
 from pyrobnn.model import BayesianNetwork, GaussianPrior, Prior
 from pyrobnn.model.protocol import NetworkModel
 
@@ -218,7 +219,9 @@ class Method(ABC):
                       precision: str = "fp32", transform=None, **run) -> list[Posterior]:
         """Train ``pairs`` ``[(model, guide)]``, P groups of :attr:`runs` consecutive pairs, as one stacked network
         (:func:`~pyrobnn.infer.replicas.fit_replicas`: one step for all, each its own draws; the grid's points
-        that differ only in tensors of the model) and return the P groups' posteriors.
+        that differ only in tensors of the model) and return the P groups' posteriors. Groups whose rates differ
+        (an SGD rate per unit noise on different noises: :func:`~pyrobnn.methods.rules.noise_factor`) are stacked
+        apart, consecutive groups of one rate together.
 
         :param transform: the training transform's deterministic part (normalisation), where a posterior reads the
             training data (SWAG's BatchNorm statistics).
@@ -226,19 +229,29 @@ class Method(ABC):
             ``compile``, ``num_data``).
         :raises TrainingDiverged: naming the replica (the pair's index) whose loss became NaN or infinite.
         """
-        options = self.fit_options(epochs, precision)
-        collected = self.collector(x.shape[0], epochs, options["optimizer"])
-        if collected is not None:
-            options["optimizer"] = collected
-        fit_replicas(pairs, x, y, epochs=epochs, seed=seed, **options, **run)
-        runs = self.runs
-        return [self.stacked_posterior(pairs, range(k * runs, (k + 1) * runs), collected, x, seed, transform)
-                for k in range(len(pairs) // runs)]
+        runs, posteriors = self.runs, []
+        factors = [self.rate_factor(pairs[k][0], epochs) for k in range(0, len(pairs), runs)]
+        for factor, groups in itertools.groupby(range(len(factors)), key=factors.__getitem__):
+            groups = list(groups)
+            stack = pairs[groups[0] * runs:(groups[-1] + 1) * runs]
+            options = self.fit_options(epochs, precision, stack[0][0])
+            collected = self.collector(x.shape[0], epochs, options["optimizer"], factor)
+            if collected is not None:
+                options["optimizer"] = collected
+            try:
+                fit_replicas(stack, x, y, epochs=epochs, seed=seed, **options, **run)
+            except TrainingDiverged as error:
+                replica = None if error.replica is None else groups[0] * runs + error.replica
+                raise TrainingDiverged(str(error), replica) from None
+            posteriors += [self.stacked_posterior(stack, range(k * runs, (k + 1) * runs), collected, x, seed,
+                                                  transform) for k in range(len(groups))]
+        return posteriors
 
-    def collector(self, rows: int, epochs: int, optimizer):
+    def collector(self, rows: int, epochs: int, optimizer, factor: float = 1.0):
         """The optimizer factory that collects what the method keeps of the stacked step (SWAG's moments, SG-MCMC's
-        draws) on ``rows`` training rows, recording the optimisers it builds; None: nothing beyond the trained
-        values."""
+        draws) on ``rows`` training rows, recording the optimisers it builds (``optimizer``: the one
+        :meth:`fit_options` gives; ``factor``: :func:`~pyrobnn.methods.rules.noise_factor` of the stacked models);
+        None: nothing beyond the trained values."""
         return None
 
     def stacked_posterior(self, pairs: list, rows: range, collected, x: torch.Tensor, seed: int,
@@ -248,11 +261,20 @@ class Method(ABC):
         model, guide = pairs[rows[0]]
         return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp")
 
-    def fit_options(self, epochs: int, precision: str = "fp32") -> dict:
-        """The options of :func:`~pyrobnn.infer.svi.fit` that are the method's, for a run of ``epochs``:
-        ``batch_size``, ``optimizer``, ``beta``, ``elbo``."""
-        return dict(batch_size=self.batch_size, optimizer=self.optimizer_factory(epochs),
-                    beta=self.schedule(epochs), elbo=self.objective(precision))
+    def rate_factor(self, model, epochs: int) -> float:
+        """What the method's per-example rate is multiplied by on ``model`` (its rate per unit noise:
+        :func:`~pyrobnn.methods.rules.noise_factor`)."""
+        return noise_factor(model, self.optimizer_factory(epochs))
+
+    def fit_options(self, epochs: int, precision: str = "fp32", model=None) -> dict:
+        """The options of :func:`~pyrobnn.infer.svi.fit` that are the method's, for a run of ``epochs`` of ``model``:
+        ``batch_size``, ``optimizer`` (its rate per unit noise on ``model``:
+        :func:`~pyrobnn.methods.rules.per_unit_noise`), ``beta``, ``elbo``."""
+        optimizer = self.optimizer_factory(epochs)
+        if model is not None:
+            optimizer = per_unit_noise(optimizer, model)
+        return dict(batch_size=self.batch_size, optimizer=optimizer, beta=self.schedule(epochs),
+                    elbo=self.objective(precision))
 
 
 def is_model(network) -> bool:
@@ -301,7 +323,8 @@ class Variational(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
-        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
+                      **run)
         return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
                                     history=history)
 

@@ -131,7 +131,7 @@ class IVON(Method):
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
         point_values(guide)  # a point-estimate guide: its values are IVON's mean, before anything is trained
-        options = self.fit_options(epochs, precision)
+        options = self.fit_options(epochs, precision, model)
         options["optimizer"] = made = Recorded(options["optimizer"])
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **options, **run)
         settings = {"lr": self.lr, "ess": float(model.num_data) if self.ess is None else self.ess,

@@ -22,7 +22,7 @@ from pyrobnn.infer.swag import SWAG as SWAGCollector
 from pyrobnn.infer.swag import SWAGResult, fit_swag, replicas, swa_schedule
 from pyrobnn.methods.base import Method
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
-from pyrobnn.methods.rules import swag_start
+from pyrobnn.methods.rules import noise_factor, swag_start
 
 __all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC"]
 
@@ -44,7 +44,7 @@ class Ensemble(Method):
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
         result = fit_ensemble(model, guide, x, y, members=self.members, make_member=make_member, seed=seed,
-                              epochs=epochs, **self.fit_options(epochs, precision), **run)
+                              epochs=epochs, **self.fit_options(epochs, precision, model), **run)
         return EmpiricalPosterior(result)
 
     @property
@@ -69,7 +69,8 @@ class Laplace(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
-        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
+                      **run)
         transform = run.get("transform")
         # the curvature is summed over the training data as predictions see them: a transform's deterministic part
         # (ImageAugment.normalize), without the random augmentation
@@ -98,6 +99,15 @@ class SWAG(Method):
 
     run_name: ClassVar[str] = "SWAG"
 
+    def __post_init__(self):
+        super().__post_init__()
+        positive_int("members (M, MultiSWAG's SWAGs)", self.members)
+        lr = self.learning_rate
+        if self.swa_lr is not None and self.swa_lr > lr:
+            raise ValueError(f"SWAG's rate falls from the optimizer's lr to swa_lr (Maddox et al. 2019), and swa_lr "
+                             f"{self.swa_lr:g} is above lr {lr:g}: set swa_lr to at most {lr:g} (None: lr "
+                             "throughout)")
+
     def collection_start(self, epochs: int) -> int:
         """T of a run of ``epochs``."""
         return swag_start(epochs) if self.start is None else self.start
@@ -113,7 +123,7 @@ class SWAG(Method):
               **run) -> Posterior:
         result = fit_swag(model, guide, x, y, start=self.collection_start(epochs), rank=self.rank,
                           num_samples=self.num_samples, members=self.members, make_member=make_member,
-                          epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+                          epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model), **run)
         return EmpiricalPosterior(result)
 
     @property
@@ -124,7 +134,7 @@ class SWAG(Method):
     def replays_weights(self) -> str:
         return f"its {self.members} SWAGs' draws are replayed in one network" if self.members > 1 else ""
 
-    def collector(self, rows, epochs, optimizer):
+    def collector(self, rows, epochs, optimizer, factor=1.0):
         return Recorded(SWAGCollector(self.collection_start(epochs), self.rank, math.ceil(rows / self.batch_size),
                                       optimizer))
 
@@ -169,22 +179,27 @@ class SGMCMC(Method):
         if self.chains > 1:  # one stacked network
             run = {k: v for k, v in run.items() if k not in ("checkpoint", "on_epoch_end", "progress")}
         options = self.fit_options(epochs, precision)
-        del options["optimizer"]  # the sampler is the optimiser
-        result = fit_sgmcmc(model, guide, x, y, lr=self.learning_rate, **self.settings(), chains=self.chains,
-                            make_chain=make_member, epochs=epochs, seed=seed, **options, **run)
+        del options["optimizer"]  # the sampler is the optimiser, at its step size per unit noise
+        result = fit_sgmcmc(model, guide, x, y, lr=self.learning_rate * self.rate_factor(model, epochs),
+                            **self.settings(), chains=self.chains, make_chain=make_member, epochs=epochs, seed=seed,
+                            **options, **run)
         return EmpiricalPosterior(result, report={"sampler": self.sampler, **result.report()})
 
     @property
     def runs(self) -> int:
         return self.chains
 
+    def rate_factor(self, model, epochs: int) -> float:
+        """The sampler's step is SGD's: per unit noise whatever :attr:`optimizer` names (only its ``lr`` is read)."""
+        return noise_factor(model)
+
     @property
     def replays_weights(self) -> str:
         return "its draws are the weights along the chain, replayed in one network"
 
-    def collector(self, rows, epochs, optimizer):
-        return Recorded(Sampler(self.learning_rate, epochs=epochs, steps_per_epoch=math.ceil(rows / self.batch_size),
-                                **self.settings()))
+    def collector(self, rows, epochs, optimizer, factor=1.0):
+        return Recorded(Sampler(self.learning_rate * factor, epochs=epochs,
+                                steps_per_epoch=math.ceil(rows / self.batch_size), **self.settings()))
 
     def stacked_posterior(self, pairs, rows, collected, x, seed, transform=None) -> Posterior:
         """The draws of the stacked chains ``rows``."""

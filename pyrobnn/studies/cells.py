@@ -3,13 +3,15 @@ checked as that command would, and its cache key.
 
 A cell's arguments are its label's settings (a study file's ``[settings]``), the study's base arguments, then one
 value of each axis (``--guide dropout``), then its replicate (``--seed 2``, ``--split 1``): later arguments win, so
-an axis overrides the base and the base a label's settings. A ``--method NAME``
-among them stays as written (the replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the
-command line expands it, by :func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's
-after them. A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options that
-command takes and drops the others (``--epochs``, ``--lr``). ``--num-samples`` is the number of draws there: a base
-that names the sampling method itself sets it, a base written for ``pyrobnn train`` (the method from an axis) does
-not, and the preset's stands (:data:`_OTHER_MEANING`).
+an axis overrides the base and the base a label's settings. A ``--method NAME`` among them stays as written (the
+replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the command line expands it, by
+:func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's after them. Every option of the
+base reaches every cell, its ``--lr`` a SWAG cell's SGD too (a rate the method cannot take stops the study in one
+line naming the option that sets the method's), except the options of another kind of method (``--swag.lr`` in an
+MC dropout cell). A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options
+that command takes and drops the others (``--epochs``, ``--lr``). ``--num-samples`` is the number of draws there: a
+base that names the sampling method itself sets it, a base written for ``pyrobnn train`` (the method from an axis)
+does not, and the preset's stands (:data:`_OTHER_MEANING`).
 
 The cache key is a hash of everything that changes what the cell trains or measures: every option of its parsed
 configuration except :data:`NOT_IN_KEY`, and the command.
@@ -32,7 +34,7 @@ import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
 from pyrobnn.cli.build import check_mcmc, check_run, dataset_options
-from pyrobnn.cli.methods import expand_method
+from pyrobnn.cli.methods import KINDS, expand_method
 from pyrobnn.cli.noise import default_noise_applies
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.data import check_dataset
@@ -241,22 +243,13 @@ def _merged_lists(settings: typing.Sequence[str], base: typing.Sequence[str]) ->
     return kept, joined
 
 
-OPTIMIZER_RATES = ("--lr", "--weight-decay")
-"""A base's options that are the rates of its optimiser (``--optimizer``, Adam by default): a method from an axis that
-trains with another optimiser (SWAG's SGD) keeps its own rates (:func:`_without_other_optimizers_rates`)."""
-
-
-def _without_other_optimizers_rates(base: typing.Sequence[str], method) -> list[str]:
-    """``base`` without :data:`OPTIMIZER_RATES` when ``method`` trains with another optimiser than the base's (one it
-    names: SWAG's SGD; or its own: IVON): a study whose base sets Adam's ``--lr 0.01`` for MC dropout and BBB trains
-    SWAG's SGD and IVON at their own rates, not at a rate chosen for Adam (the cell's replay command shows what it
-    ran)."""
-    named = [tokens[1] for flag, tokens in split_options(base) if flag == "--optimizer" and len(tokens) > 1]
-    base_optimizer = named[-1] if named else _defaults("train")["--optimizer"]
-    own = method.optimizer
-    if method.takes_optimizer and (own is None or own.name == base_optimizer):
-        return list(base)
-    return [token for flag, tokens in split_options(base) if flag not in OPTIMIZER_RATES for token in tokens]
+def _for_its_method(base: typing.Sequence[str], method) -> list[str]:
+    """``base`` without the options of another kind of method than ``method``'s own (``--swag.lr`` in the cells of
+    MC dropout: a study's base may hold SWAG's rate for its SWAG cells, and it means nothing to the others; every
+    other option of the base, its ``--lr`` included, reaches every cell)."""
+    foreign = tuple(f"--{prefix}." for cls, (_, prefix) in KINDS.items()
+                    if prefix is not None and not isinstance(method, cls))
+    return [token for flag, tokens in split_options(base) if not flag.startswith(foreign) for token in tokens]
 
 
 def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
@@ -273,8 +266,8 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             resolve_method(method)  # the registry's error names the known methods
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
-        if method is not None and _method_of(list(base)) != method:
-            base = _without_other_optimizers_rates(base, resolve_method(method))
+        if name is not None:
+            base = _for_its_method(base, resolve_method(name))
         settings, base = _merged_lists(settings, base)
         arguments = list(base)
         for axis, value in axes.items():

@@ -110,7 +110,7 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--swag": ([], SWAG[:-1]),
     "--swag.start": (["1"], SWAG),
     "--swag.rank": (["5"], SWAG),
-    "--swag.lr": (["0.01"], SWAG),
+    "--swag.lr": (["0.0005"], SWAG),
     "--sgmcmc": (["sgld"], ["--guide", "point"]),
     "--sgmcmc.temperature": (["0.5"], SGMCMC),
     "--sgmcmc.friction": (["0.5"], SGMCMC),
