@@ -18,9 +18,12 @@ estimates or sample are in :mod:`pyrobnn.methods.posthoc`, :mod:`pyrobnn.methods
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fnmatch
+import inspect
 import itertools
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Union
@@ -29,19 +32,29 @@ import pyro
 import torch
 from torch import nn
 
-from pyrobnn.checks import positive_int
-from pyrobnn.guides import PointGuide
+from pyrobnn.checks import multiples_near, positive_int
+from pyrobnn.guides import MixtureNodeGuide, PointGuide
 from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.replicas import fit_replicas
 from pyrobnn.infer.svi import TrainingDiverged, fit
 from pyrobnn.methods.posterior import Posterior, VariationalPosterior
-from pyrobnn.methods.rules import learning_rate, noise_factor, paper_schedule, per_unit_noise
+from pyrobnn.methods.rules import (
+    guide_class,
+    guide_options,
+    learning_rate,
+    noise_factor,
+    paper_schedule,
+    per_unit_noise,
+    regression_noise,
+)
 from pyrobnn.model import BayesianNetwork, GaussianPrior, Prior
 from pyrobnn.model.protocol import NetworkModel
 
-__all__ = ["Method", "Variational", "GuideFactory", "NetworkSource", "MemberBuilder", "member_builder", "is_model"]
+__all__ = ["Method", "Variational", "Refused", "refusing", "GuideFactory", "NetworkSource", "MemberBuilder",
+           "member_builder", "is_model", "needs_point_estimates"]
 
 GuideFactory = Callable[[nn.Module], nn.Module]
 """``model -> guide``: a guide class, or a ``functools.partial`` of one with its options
@@ -54,6 +67,44 @@ hand), or a function that builds a fresh one (an ensemble's members each need th
 MemberBuilder = Callable[[int], tuple]
 """``m -> (model, guide)``: run m >= 1 of a method that trains several (an ensemble's members, MultiSWAG's SWAGs,
 SG-MCMC's chains), called after ``pyro.set_rng_seed(seed + m)``."""
+
+
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\}")
+
+
+class Refused(ValueError):
+    """What a method refuses of its settings or of a run: one sentence in which every setting is its field between
+    braces (``{swa_lr}``, ``{optimizer.name}``, ``{epochs}``), so that the rule is stated once and read in each
+    interface's words: :meth:`spelled` with the field names (the message, for Python) or with another spelling of
+    them (the command line's options: :func:`pyrobnn.cli.methods.spelled`).
+
+    :param method: the method that refuses.
+    :param template: the sentence.
+    """
+
+    def __init__(self, method, template: str):
+        self.method, self.template = method, template
+        super().__init__(self.spelled())
+
+    def spelled(self, name: Callable[[str], str] = lambda field: field) -> str:
+        """The sentence with each ``{field}`` written ``name(field)``."""
+        return _FIELD.sub(lambda match: name(match.group(1)), self.template)
+
+    def fields(self) -> list[str]:
+        """The fields the sentence names, in order."""
+        return list(dict.fromkeys(_FIELD.findall(self.template)))
+
+
+@contextlib.contextmanager
+def refusing(method):
+    """Any ``ValueError`` raised inside (a check that names a setting as ``"{field}"``) as a :class:`Refused` of
+    ``method``."""
+    try:
+        yield
+    except Refused:
+        raise
+    except ValueError as error:
+        raise Refused(method, str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -102,10 +153,38 @@ class Method(ABC):
     rates are fields of its own (IVON)."""
 
     def __post_init__(self):
+        with refusing(self):
+            self.settings_rules()
+
+    # ------------------------------------------------------------------------------------------------ rules
+
+    def settings_rules(self) -> None:
+        """The method's rules on its own settings, checked at construction (a ``dataclasses.replace`` too): a
+        ``ValueError`` naming each setting as ``"{field}"`` (:class:`Refused`). Subclasses add theirs."""
         if self.estimator not in ESTIMATORS:
-            raise ValueError(f"estimator {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
+            raise ValueError(f"{{estimator}} {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
         for name in ("num_particles", "batch_size", "num_samples"):
-            positive_int(name, getattr(self, name))
+            positive_int(f"{{{name}}}", getattr(self, name))
+        if self.estimator == "vdp" and self.num_particles != 1:
+            raise ValueError(f"{{num_particles}} {self.num_particles} does not apply to {{estimator}} vdp: VDP++ "
+                             "propagates moments deterministically, one pass without particles")
+
+    def check(self, model=None, *, epochs: int, rows: Optional[int] = None, **run) -> None:
+        """The method's rules on a run of ``epochs`` over ``rows`` training examples of ``model`` (each checked where
+        given), ``run`` being :meth:`train`'s run options (``transform``, ``on_epoch_end``, ``checkpoint``): a
+        :class:`Refused` naming the settings. :meth:`train` checks its run first; the command line checks before
+        it loads the data (``epochs``), then with the data and the model."""
+        with refusing(self):
+            positive_int("{epochs}", epochs)
+            self.run_rules(model, epochs, rows, run)
+
+    def run_rules(self, model, epochs: int, rows: Optional[int], run: dict) -> None:
+        """:meth:`check`'s rules (``model`` and ``rows``: None where not known yet). Here the noise's: a noise
+        learned by a method whose draws replay several networks' weights in one
+        (:func:`~pyrobnn.methods.rules.regression_noise`)."""
+        likelihood = getattr(model, "likelihood", None)
+        if self.replays_weights and isinstance(getattr(likelihood, "log_scale", None), nn.Parameter):
+            regression_noise(self, learn_scale=True)
 
     # ------------------------------------------------------------------------------------------------ settings
 
@@ -176,7 +255,9 @@ class Method(ABC):
         :param network: an ``nn.Module`` (or a model), or a function that builds a fresh one (:func:`member_builder`):
             with a function, ``seed`` fixes the initial weights too; a module keeps the weights it has (a pre-trained
             network), and runs after the first (an ensemble's members) are copies initialised anew.
-        :param likelihood: the observation model (default :class:`~pyrobnn.model.likelihoods.Categorical`).
+        :param likelihood: the observation model (default: :class:`~pyrobnn.model.likelihoods.Categorical` for
+            integer targets, for floating ones a Gaussian whose noise follows the method's rule,
+            :func:`~pyrobnn.methods.rules.regression_noise`).
         :param include: which parameters are Bayesian (:func:`~pyrobnn.model.conversion.bayesian`).
         :param run: :meth:`train`'s run options.
         :returns: the trained :class:`~pyrobnn.methods.posterior.Posterior`: it predicts, evaluates, draws and saves.
@@ -195,6 +276,9 @@ class Method(ABC):
         torch.Size([32, 3])
         """
         source = member_builder(network)
+        if likelihood is None and not is_model(network) and torch.is_floating_point(y):
+            with refusing(self):
+                likelihood = regression_noise(self)  # the noise rule (pyrobnn.methods.rules)
         options = {} if is_model(network) else dict(likelihood=likelihood, num_data=x.shape[0],
                                                       **({} if include is None else {"include": include}))
         pyro.set_rng_seed(seed)
@@ -229,6 +313,7 @@ class Method(ABC):
             ``compile``, ``num_data``).
         :raises TrainingDiverged: naming the replica (the pair's index) whose loss became NaN or infinite.
         """
+        self.check(pairs[0][0], epochs=epochs, rows=x.shape[0], transform=transform, **run)
         runs, posteriors = self.runs, []
         factors = [self.rate_factor(pairs[k][0], epochs) for k in range(0, len(pairs), runs)]
         for factor, groups in itertools.groupby(range(len(factors)), key=factors.__getitem__):
@@ -277,6 +362,14 @@ class Method(ABC):
                     elbo=self.objective(precision))
 
 
+def needs_point_estimates(method, what: str) -> None:
+    """A ``ValueError`` naming ``{guide}`` unless ``method`` trains point estimates (a
+    :class:`~pyrobnn.guides.PointGuide`): ``what`` (its name) starts from MAP fits."""
+    if not issubclass(guide_class(method.guide), PointGuide):
+        raise ValueError(f"{what} starts from MAP fits: {{guide}} must be point estimates (PointGuide), got "
+                         f"{guide_class(method.guide).__name__}")
+
+
 def is_model(network) -> bool:
     """Whether ``network`` is a model already (a Pyro module: a :class:`~pyrobnn.BayesianNetwork`, a Pyro model
     written by hand), whose prior and sites are its own, rather than a plain network to put the method's prior on."""
@@ -321,8 +414,39 @@ class Variational(Method):
     variational dropout, MC dropout, MAP, the implicit BNN's mixture, VDP++ (``estimator="vdp"``: its posterior
     predicts by moment propagation). Returns a :class:`~pyrobnn.methods.posterior.VariationalPosterior`."""
 
+    def settings_rules(self) -> None:
+        """A mixture over node latents (the implicit BNN) predicts with as many samples from each of its K
+        components: :attr:`num_samples` a multiple of K."""
+        super().settings_rules()
+        k = self.components
+        if k and self.num_samples % k:
+            raise ValueError(f"{{num_samples}} {self.num_samples} must be a multiple of {{guide.num_components}} {k} "
+                             f"(the mixture guide's predictions draw as many samples from each component): pass "
+                             f"{multiples_near(self.num_samples, k)}")
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """Every batch of a mixture over node latents splits evenly among its K components (each row uses one:
+        :func:`~pyrobnn.handlers.node_draws.check_components`) under a stochastic estimator."""
+        super().run_rules(model, epochs, rows, run)
+        if self.components and rows is not None and ESTIMATORS[self.estimator].stochastic:
+            try:
+                check_components(self.components, self.batch_size, self.num_particles, rows)
+            except ValueError as error:
+                raise ValueError(f"{{guide.num_components}} {self.components}, {{batch_size}} {self.batch_size}, "
+                                 f"{{num_particles}} {self.num_particles} on {rows} training examples: {error}"
+                                 ) from None
+
+    @property
+    def components(self) -> int:
+        """K of a mixture guide over node latents; 0 for any other guide."""
+        if not issubclass(guide_class(self.guide), MixtureNodeGuide):
+            return 0
+        return guide_options(self.guide).get("num_components", inspect.signature(MixtureNodeGuide).parameters[
+            "num_components"].default)
+
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
                       **run)
         return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",

@@ -112,12 +112,14 @@ class IVON(Method):
 
     takes_optimizer: ClassVar[bool] = False
 
-    def __post_init__(self):
-        super().__post_init__()
+    def settings_rules(self) -> None:
+        """IVON is its own optimiser, on the likelihood alone (β = 0, its prior being the weight decay), at
+        settings :class:`~pyrobnn.infer.ivon.IVONOptim` takes."""
+        super().settings_rules()
         if self.optimizer is not None:
-            raise ValueError("IVON is its own optimiser: set its lr and weight_decay, not optimizer")
+            raise ValueError("IVON is its own optimiser: set its {lr} and {weight_decay}, not {optimizer}")
         if self.beta != Constant(0.0):
-            raise ValueError(f"IVON trains on the likelihood alone, its prior being the weight decay: beta must be "
+            raise ValueError(f"IVON trains on the likelihood alone, its prior being the weight decay: {{beta}} must be "
                              f"Constant(0.0), got {self.beta!r}")
         self.optimizer_factory(1)  # its settings, checked
 
@@ -130,6 +132,7 @@ class IVON(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         point_values(guide)  # a point-estimate guide: its values are IVON's mean, before anything is trained
         options = self.fit_options(epochs, precision, model)
         options["optimizer"] = made = Recorded(options["optimizer"])

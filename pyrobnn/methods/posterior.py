@@ -9,9 +9,12 @@ One protocol, :class:`Posterior`, and two kinds behind it:
   the Laplace approximation, SWAG, SG-MCMC or NUTS (:class:`~pyrobnn.infer.draws.Draws`), whose predictive replays
   every draw once.
 
-Either way :meth:`Posterior.predict` is :func:`~pyrobnn.infer.predict.predict` and :meth:`Posterior.evaluate` is
-:func:`~pyrobnn.analysis.evaluate.evaluate` on the posterior's model and guide, so a study compares methods on the
-same predictive, and :meth:`Posterior.draw` gives weight samples ``{site: (S, ...)}`` of any of them.
+Either way :meth:`Posterior.predicted` is the predictive on some inputs (its summaries and its mixture,
+:func:`~pyrobnn.analysis.calibration.predicted`), :meth:`Posterior.predict` its summaries and
+:meth:`Posterior.evaluate` its metrics (:func:`~pyrobnn.analysis.evaluate.scores`), so a study compares methods on
+the same predictive, and :meth:`Posterior.draw` gives weight samples ``{site: (S, ...)}`` of any of them. A method
+with a predictive of its own (SNGP's mean field) overrides :meth:`Posterior.predicted`, and every user of posteriors
+(the command line's test report, evaluation and calibration) reads it there.
 :meth:`Posterior.save` writes one file; :func:`load_posterior` reads any of them back into a model built as the
 one that was trained (a variational posterior also needs its guide built alike).
 """
@@ -28,12 +31,14 @@ import torch
 from pyro import poutine
 from torch import nn
 
-from pyrobnn.analysis.evaluate import evaluate
+from pyrobnn.analysis.calibration import Mixture, predicted
+from pyrobnn.analysis.evaluate import scores
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive_int
 from pyrobnn.infer.draws import Draws
-from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments
 from pyrobnn.infer.svi import History
+from pyrobnn.model.protocol import network_model
 
 __all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "VARIATIONAL_KIND"]
 
@@ -67,10 +72,23 @@ class Posterior(ABC):
             return predict_moments(self.model, self.guide, x, **options)
         return predict(self.model, self.guide, x, self._samples(num_samples), **options)
 
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, **options) -> dict:
+    def predicted(self, x: torch.Tensor, num_samples: Optional[int] = None, **options) -> tuple[dict, Mixture]:
+        """The predictive at ``x`` from one set of draws: its summaries and its mixture
+        (:func:`~pyrobnn.analysis.calibration.predicted`: what :meth:`evaluate` scores and a calibrator fits);
+        ``options`` are ``predicted``'s (``batch_size``, ``max_memory``, ``progress``, ...)."""
+        return predicted(self.model, self.guide, x, self._samples(num_samples), moments=self.moments, **options)
+
+    def task(self, x: torch.Tensor) -> str:
+        """``classification`` or ``regression``: the model's (a Pyro model written by hand: traced on ``x``)."""
+        return network_model(self.model, x[:PROTOTYPE_ROWS]).task
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, target_scale=None,
+                 calibration=None, **options) -> dict:
         """Accuracy, NLL, ECE and Brier (classification) or RMSE, NLL and the log-likelihood (regression) of the
-        predictive on ``(x, y)``: :func:`~pyrobnn.analysis.evaluate.evaluate`, whose ``options`` it takes."""
-        return evaluate(self.model, self.guide, x, y, self._samples(num_samples), moments=self.moments, **options)
+        predictive on ``(x, y)`` (:meth:`predicted`), as :func:`~pyrobnn.analysis.evaluate.evaluate` computes them:
+        ``target_scale`` and ``calibration`` are its, ``options`` :meth:`predicted`'s."""
+        pred, mixture = self.predicted(x, num_samples, **options)
+        return scores(self.task(x), pred, mixture, y, target_scale, calibration)
 
     @abstractmethod
     def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -1,9 +1,22 @@
-"""The papers' rules that depend on the run: the β schedule, the learning rate and its units, SWAG's start.
+r"""The papers' rules that depend on the run: the β schedule, the learning rate and its units, SWAG's start, and a
+regression's noise.
 
 A method fixes what its paper fixes (:mod:`pyrobnn.methods.registry`); what the paper states in proportion to the
 run's length, or what follows from the prior and guide a user picks, is a rule here, applied where a setting is left
-unset (``beta=None``, ``optimizer=None``, ``start=None``), for a named method and for any combination of a prior and
-a guide alike.
+unset (``beta=None``, ``optimizer=None``, ``start=None``, a regression's noise), for a named method and for any
+combination of a prior and a guide alike, from Python (:meth:`~pyrobnn.methods.Method.fit`) and the command line
+(``pyrobnn train``) alike.
+
+**A regression's noise.** :math:`y \sim \mathcal N(f(x; w), \sigma^2)`: a run that sets the noise keeps it (a fixed
+scale S; learned from S). A run that does not learns :math:`\sigma` as a point estimate with the network, through
+:math:`\log\sigma`, from :data:`STARTING_SCALE` = 1: the spread of the standardised target, the noise of a network
+that explains nothing. It starts above any noise the data can show, so the run is never overconfident by its noise
+while it learns, and it falls to what the residuals show as the network fits them (the point estimate of
+:math:`\sigma` that maximises the run's objective, as a deep ensemble's member learns its noise, Lakshminarayanan et
+al. 2017). A learned noise is one scale of one network: a posterior that replays the draws of several networks'
+weights in one network (:attr:`~pyrobnn.methods.Method.replays_weights`: a deep ensemble, MultiSWAG, SG-MCMC) would
+predict every draw with the first network's noise, so a learned noise is refused for it, and left unset its noise
+is fixed at :data:`STARTING_SCALE` (:func:`regression_noise`).
 """
 
 from __future__ import annotations
@@ -19,7 +32,11 @@ from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.model.priors import LogUniformPrior, NodePrior, Prior
 
 __all__ = ["paper_schedule", "learning_rate", "swag_start", "guide_class", "guide_options", "SPARSE_VD_LR",
-           "noise_variance", "noise_factor", "per_unit_noise"]
+           "noise_variance", "noise_factor", "per_unit_noise", "STARTING_SCALE", "regression_noise"]
+
+STARTING_SCALE = 1.0
+"""The noise standard deviation of a regression that does not set it, in the units of the standardised target (its
+own spread): learned from there, or held there by a posterior that cannot learn it."""
 
 SPARSE_VD_LR = 3e-3
 """The per-example learning rate with the log-uniform prior (sparse VD): its multiplicative noise slows learning, and
@@ -117,3 +134,18 @@ def per_unit_noise(optimizer, model):
     if factor == 1.0 or not dataclasses.is_dataclass(optimizer) or not hasattr(optimizer, "lr"):
         return optimizer
     return dataclasses.replace(optimizer, lr=optimizer.lr * factor)
+
+
+def regression_noise(method, scale=None, learn_scale: bool = False) -> Gaussian:
+    """The Gaussian likelihood of a regression ``method`` trains (the module docstring): noise ``scale`` (fixed, or
+    learned from it with ``learn_scale``); ``scale`` None: :data:`STARTING_SCALE`, learned unless the method's draws
+    replay several networks' weights in one. ``learn_scale`` for such a method is a ``ValueError`` naming the
+    settings ``{likelihood.learn_scale}`` and ``{likelihood.scale}``."""
+    why = method.replays_weights
+    if learn_scale and why:
+        raise ValueError(f"{{likelihood.learn_scale}}: {why}, so a noise each one learned would be lost (every draw "
+                         "would be predicted with the first one's); fix the noise with {likelihood.scale} S, or choose "
+                         "it on held-out training rows (pyrobnn train --grid likelihood.scale=0.4,0.7,1.0)")
+    if scale is not None:
+        return Gaussian(scale, learn_scale)
+    return Gaussian(STARTING_SCALE, learn_scale=learn_scale or not why)

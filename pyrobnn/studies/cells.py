@@ -24,6 +24,7 @@ import difflib
 import functools
 import hashlib
 import json
+import re
 import shlex
 import typing
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ from typing import Optional
 import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
-from pyrobnn.cli.build import check_mcmc, check_run, dataset_options
-from pyrobnn.cli.methods import KINDS, expand_method
+from pyrobnn.cli.build import check_mcmc, check_run, dataset_options, method_of
+from pyrobnn.cli.methods import KINDS, expand_method, former_selectors
 from pyrobnn.cli.noise import default_noise_applies
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.data import check_dataset
@@ -61,7 +62,8 @@ KEYED_WHEN_SET = ("--data.target", "--data.task", "--data.features", "--data.cat
                   "--data.test-fraction", "--data.seed", "--calibrate", "--calibrate.fraction", "--calibrate.coverage",
                   "--swag", "--swag.start", "--swag.rank", "--swag.lr", "--sgmcmc", "--sgmcmc.temperature",
                   "--sgmcmc.friction", "--sgmcmc.cycles", "--sgmcmc.exploration", "--sgmcmc.chains",
-                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets")
+                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets", "--ivon.ess",
+                  "--ivon.hess-init", "--ivon.beta1", "--ivon.beta2")
 """Options added after studies had cached cells: at their default they change nothing that a cell trains or
 measures, so they enter its key only when set, and the cells cached before they existed keep their keys (an option
 added later joins this list)."""
@@ -205,12 +207,22 @@ def _noise_key(config) -> float | str:
     return "default" if default_noise_applies(config, task) else FORMER_NOISE
 
 
-def cache_key(command: str, config) -> str:
+FORMER_SELECTORS = {"--ensemble": 0, "--laplace": False, "--swag": False, "--sgmcmc": "none"}
+"""The options that once picked a method beside ``--method`` (:data:`pyrobnn.cli.methods.ALIASES`) and their
+defaults: a ``train`` cell's key holds their values for its method (:func:`~pyrobnn.cli.methods.former_selectors`),
+so that the cells cached before they became aliases keep their keys."""
+
+
+def cache_key(command: str, config, method=None) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
     of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
-    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``."""
-    defaults = _defaults(command)
-    options = {flag: value for flag, value in config.flags().items()
+    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``; a ``train`` cell's former selector options of
+    its ``method`` (:data:`FORMER_SELECTORS`; default: the method its options build)."""
+    defaults = {**_defaults(command), **FORMER_SELECTORS}
+    flags = config.flags()
+    if command == "train":
+        flags.update(former_selectors(method_of(config) if method is None else method))
+    options = {flag: value for flag, value in flags.items()
                if flag not in NOT_IN_KEY and flag != "--compile"
                and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
     options.update(EXECUTOR_KEY[command])
@@ -247,9 +259,19 @@ def _for_its_method(base: typing.Sequence[str], method) -> list[str]:
     """``base`` without the options of another kind of method than ``method``'s own (``--swag.lr`` in the cells of
     MC dropout: a study's base may hold SWAG's rate for its SWAG cells, and it means nothing to the others; every
     other option of the base, its ``--lr`` included, reaches every cell)."""
-    foreign = tuple(f"--{prefix}." for cls, (_, prefix) in KINDS.items()
-                    if prefix is not None and not isinstance(method, cls))
+    foreign = tuple(f"--{prefix}." for cls, prefix in KINDS.items() if not isinstance(method, cls))
     return [token for flag, tokens in split_options(base) if not flag.startswith(foreign) for token in tokens]
+
+
+def _how_a_study_sets(message: str) -> str:
+    """How a study sets the options of a kind of method that ``message`` names (``--swag.lr``), for that method's
+    cells alone: in its base (they reach only the cells of their kind), or as an axis."""
+    prefixes = "|".join(re.escape(prefix) for prefix in KINDS.values())
+    flags = list(dict.fromkeys(re.findall(rf"--(?:{prefixes})\.[a-z0-9-]+", message)))
+    if not flags:
+        return ""
+    return (f" (a study sets {flags[0]} for its cells of that method: {flags[0]} V in its base, or --vary "
+            f"{flags[0][2:]}=V1,V2)")
 
 
 def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
@@ -282,9 +304,9 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             takes = set(accepted_options(command)) | {"--method"}
             arguments = [token for flag, tokens in split_options(arguments) if flag in takes for token in tokens]
         config = parse_cell(command, arguments)
-        _CHECKS[command](config)
+        checked = _CHECKS[command](config)
     except ValueError as error:
-        raise ValueError(f"study cell {where}: {error}") from None
+        raise ValueError(f"study cell {where}: {error}{_how_a_study_sets(str(error))}") from None
     flags = config.flags()
     return Cell(command, tuple(arguments), label, dict(axes), flags.get("--seed"), flags.get("--split"),
-                cache_key(command, config))
+                cache_key(command, config, checked.method if command == "train" else None))

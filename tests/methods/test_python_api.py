@@ -43,6 +43,10 @@ def test_each_method_trains_a_small_network_and_its_posterior_predicts_draws_sav
     fresh = dataclasses.replace(method).build(MLP(2, (4,) if isinstance(method, NUTS) else (8,), 2),
                                                num_data=len(moons.x_train))
     loaded = load_posterior(tmp_path / "posterior.pt", *fresh, num_samples=posterior.num_samples)
+    assert loaded.kind == posterior.kind and type(getattr(loaded, "result", None)) is type(getattr(posterior, "result",
+                                                                                                   None))
+    loaded.save(tmp_path / "again.pt")  # a reloaded posterior saves as its kind
+    assert load_posterior(tmp_path / "again.pt", *fresh).kind == posterior.kind
     torch.manual_seed(0)
     again = loaded.predict(moons.x_test)["probs"]
     torch.manual_seed(0)

@@ -68,7 +68,8 @@ def test_a_rate_below_swags_swa_rate_stops_the_study_naming_the_rate_and_how_to_
 def test_a_rate_the_method_cannot_take_stops_train_and_python_alike(tmp_path, capsys):
     assert run_cli(["train", *MOONS, "--method", "swag", "--lr", "0.002", "--out", tmp_path / "run"]) == 2
     assert "--lr 0.002 is below SWAG's SWA rate --swag.lr 0.01" in error_line(capsys)
-    with pytest.raises(ValueError, match="swa_lr 0.01 is above lr 0.002: set swa_lr to at most 0.002"):
+    with pytest.raises(ValueError, match="optimizer.lr 0.002 is below SWAG's SWA rate swa_lr 0.01.*set swa_lr to "
+                                         "0.002 or lower"):
         dataclasses.replace(METHODS["swag"], optimizer=Optim("sgd", 0.002))
     assert run_cli(["train", *MOONS, "--method", "swag", "--lr", "0.01", "--out", tmp_path / "ok"]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("pyrobnn two-moons"))
