@@ -7,7 +7,7 @@ export PYROBNN_DATA
 # Sphinx: warnings are errors (a broken reference, a docstring that does not parse, a public name without one).
 SPHINX := $(PY) -m sphinx -b html -n -W --keep-going -q
 
-.PHONY: venv demo test slow check docs docs-ci wheel bench clean
+.PHONY: venv demo test test-threads slow check docs docs-ci wheel bench clean
 
 venv: $(VENV)/.installed
 
@@ -27,13 +27,19 @@ demo: venv
 test: venv
 	$(PY) -m pytest -m "not slow" -n 2
 
+# The fast tests marked recorded (each compares with what a seeded run gave once) again, torch on TEST_THREADS
+# threads: another thread count sums in another order, a cheap stand-in for another CPU's floats.
+TEST_THREADS ?= 3
+test-threads: venv
+	PYROBNN_TEST_THREADS=$(TEST_THREADS) $(PY) -m pytest -m "recorded and not slow" -n 2
+
 # The slow checks alone (the NUTS agreement with Pyro and NumPyro, the documentation site at its CI size, the release
 # check, Dask, processes, full-size runs), one at a time.
 slow: venv
 	$(PY) -m pytest -m slow
 
-# Everything CI runs (.ci/run): the fast loop, then the slow checks.
-check: test slow
+# Everything CI runs (.ci/run): the fast loop, the recorded tests at another thread count, then the slow checks.
+check: test test-threads slow
 
 # The site as a reader gets it, tutorials at full size (minutes each): docs/_build/html/index.html
 docs: venv

@@ -15,14 +15,37 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import warnings
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 __all__ = [
     "finite", "positive", "nonnegative", "in_range", "positive_int", "nonnegative_int", "choice",
-    "multiples_near", "check_probs", "check_labels", "one_line",
+    "multiples_near", "check_probs", "check_labels", "one_line", "deprecated", "renamed_keywords", "REMOVED_IN",
 ]
+
+REMOVED_IN = "0.2"
+"""The release that removes the names deprecated in this one: a renamed public name keeps working, with a
+``DeprecationWarning`` naming its successor, for one release."""
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """A ``DeprecationWarning`` that ``old`` (a renamed public name, as the user wrote it) is now ``new``, pointed at
+    the caller's caller (``stacklevel``): the old name still works until :data:`REMOVED_IN`."""
+    warnings.warn(f"{old} is deprecated: use {new} ({old} is removed in pyrobnn {REMOVED_IN})", DeprecationWarning,
+                  stacklevel=stacklevel)
+
+
+def renamed_keywords(function: str, given: dict, renamed: dict[str, str], stacklevel: int = 5) -> None:
+    """Keyword arguments ``given`` to ``function`` beyond its own: each a key of ``renamed`` (old keyword -> what
+    replaced it) warns by :func:`deprecated` (``stacklevel`` 5: at the caller of ``function`` when ``function``
+    calls this through one helper); any other is the ``TypeError`` Python gives an unknown keyword."""
+    for name in given:
+        if name not in renamed:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+    for name in given:
+        deprecated(f"{function}({name}=...)", renamed[name], stacklevel=stacklevel)
 
 
 def _number(name: str, value, requirement: str, ok: Callable = lambda v: True, integer: bool = False):

@@ -10,8 +10,13 @@ import pytest
 import torch
 
 # The test machine is small and shared: intra-op threads only contend there (a 2-thread
-# matmul of a tiny network is ~100x slower than a 1-thread one under load).
-torch.set_num_threads(1)
+# matmul of a tiny network is ~100x slower than a 1-thread one under load), so one thread unless
+# PYROBNN_TEST_THREADS says otherwise: CI runs the tests marked ``recorded`` a second time at another
+# thread count (a cheap stand-in for another machine's floats), `make test-threads`.
+_THREADS = os.environ.get("PYROBNN_TEST_THREADS", "1")
+if not _THREADS.isdigit() or int(_THREADS) < 1:
+    raise ValueError(f"PYROBNN_TEST_THREADS={_THREADS!r}: give a positive number of torch threads (default 1)")
+torch.set_num_threads(int(_THREADS))
 
 
 def _data_root() -> Path:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from pyrobnn.analysis.calibration import Calibrator, predicted
+from pyrobnn.analysis.calibration import Calibrator, Mixture, predicted
 from pyrobnn.analysis.metrics import classification_metrics, mixture_log_likelihood, regression_metrics
 from pyrobnn.checks import positive_int
 from pyrobnn.infer.predict import PROTOTYPE_ROWS
 from pyrobnn.model.protocol import network_model
 
-__all__ = ["evaluate", "scores", "Validation"]
+__all__ = ["evaluate", "scores", "monte_carlo_error", "Validation"]
 
 
 @torch.no_grad()  # metrics only: a learned noise scale would otherwise build a graph through them
@@ -18,7 +20,7 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
              batch_size: int = 1000, mc_dropout: bool = False, vectorized: bool | None = None,
              moments: bool = False, max_memory: int | None = None, progress: bool = False,
              target_scale: tuple[torch.Tensor, torch.Tensor] | None = None,
-             calibration: Calibrator | None = None) -> dict[str, float]:
+             calibration: Calibrator | None = None, mc_error: bool = False) -> dict[str, float]:
     """Metrics of the posterior predictive on ``(x, y)``: accuracy, NLL, ECE and Brier score, or RMSE, NLL and MAE.
 
     Classification: ``accuracy``, ``nll``, ``ece`` and ``brier`` of the predictive mean. Regression: ``rmse``,
@@ -44,6 +46,7 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
         (:func:`~pyrobnn.analysis.calibration.calibrate`): adds the calibrated metrics of the same predictions
         (:meth:`~pyrobnn.analysis.calibration.Calibrator.report`: ``nll_calibrated``, ``ece_calibrated``,
         ``temperature``, ``conformal_coverage``, ...).
+    :param mc_error: also ``"mc_error"``: the metrics' Monte-Carlo standard errors (:func:`monte_carlo_error`).
     :returns: ``{metric: float}``.
 
     Example: the accuracy is that of the predictive mean of the same draws.
@@ -67,11 +70,12 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
     model = network_model(model, x[:PROTOTYPE_ROWS])
     pred, mixture = predicted(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, moments, max_memory,
                               progress)
-    return scores(model.task, pred, mixture, y, target_scale, calibration)
+    return scores(model.task, pred, mixture, y, target_scale, calibration, mc_error)
 
 
 @torch.no_grad()
-def scores(task: str, pred: dict, mixture, y: torch.Tensor, target_scale=None, calibration=None) -> dict[str, float]:
+def scores(task: str, pred: dict, mixture, y: torch.Tensor, target_scale=None, calibration=None,
+           mc_error: bool = False) -> dict[str, float]:
     """:func:`evaluate`'s metrics of a predictive already computed on the inputs of ``y``: its summaries ``pred`` and
     its :class:`~pyrobnn.analysis.calibration.Mixture` (:func:`~pyrobnn.analysis.calibration.predicted`, or a
     posterior's own: :meth:`pyrobnn.methods.Posterior.predicted`), for a model of ``task``."""
@@ -89,7 +93,54 @@ def scores(task: str, pred: dict, mixture, y: torch.Tensor, target_scale=None, c
                                                             y.reshape(means.shape[1:]))}
     if calibration is not None:
         metrics.update(calibration.report(mixture, y))
+    if mc_error:
+        metrics["mc_error"] = monte_carlo_error(mixture, y)
     return metrics
+
+
+def _metrics(mixture: Mixture, y: torch.Tensor) -> dict[str, float]:
+    if mixture.task == "classification":
+        return classification_metrics(mixture.probs(), y)
+    means = mixture.means.reshape(*mixture.means.shape[:2], -1)
+    return {**regression_metrics(*mixture.moments(), y),
+            "log_likelihood": mixture_log_likelihood(means, mixture.scales.reshape(means.shape),
+                                                     y.reshape(means.shape[1:]))}
+
+
+@torch.no_grad()
+def monte_carlo_error(mixture: Mixture, y: torch.Tensor) -> dict[str, float]:
+    r"""The Monte-Carlo standard error of each metric of the S-draw predictive ``mixture``
+    (:class:`~pyrobnn.analysis.calibration.Mixture`) against ``y``, from its two halves.
+
+    The estimates :math:`m_1, m_2` of a metric from draws :math:`1..S/2` and :math:`S/2+1..S` each have twice the
+    variance :math:`\sigma^2` of the S-draw estimate, so :math:`m_1 - m_2 \sim \mathcal N(0, 4\sigma^2)` and
+    :math:`\sqrt{\pi/8}\,|m_1 - m_2|` estimates :math:`\sigma` (one degree of freedom: its order of magnitude, not a
+    figure to two digits). The metrics are :func:`~pyrobnn.analysis.metrics.classification_metrics`' (accuracy, NLL,
+    ECE, Brier) or a regression's RMSE, NLL, MAE and log-likelihood; ``{}`` below two draws (a point estimate, VDP++'s
+    moments), whose metrics have no Monte-Carlo error.
+
+    Example: a predictive whose draws agree has none; one whose draws disagree has some.
+
+    >>> import torch
+    >>> from pyrobnn.analysis.calibration import Mixture
+    >>> from pyrobnn.analysis.evaluate import monte_carlo_error
+    >>> y = torch.tensor([0, 1, 1, 0])
+    >>> same = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]]).log().expand(4, 4, 2)
+    >>> monte_carlo_error(Mixture(log_probs=same), y)["nll"]
+    0.0
+    >>> spread = torch.stack([same[0], same[0], same[0].flip(-1), same[0].flip(-1)])
+    >>> monte_carlo_error(Mixture(log_probs=spread), y)["accuracy"] > 0
+    True
+    """
+    draws = (mixture.log_probs if mixture.log_probs is not None else mixture.means).shape[0]
+    if draws < 2:
+        return {}
+    half = draws // 2
+    parts = [Mixture(*(None if t is None else t[rows] for t in (mixture.log_probs, mixture.means, mixture.scales)))
+             for rows in (slice(0, half), slice(draws - half, draws))]
+    y = mixture.targets(y)
+    first, second = (_metrics(part, y) for part in parts)
+    return {name: math.sqrt(math.pi / 8) * abs(first[name] - second[name]) for name in first}
 
 
 class Validation:

@@ -164,9 +164,10 @@ def settings_of(cfg: RunConfig) -> dict:
     estimator, particles, batch size, predictive samples, β schedule (``None``: auto) and optimiser."""
     guide_cls, guide_kwargs = _arguments("guide", GUIDES, cfg.guide.name, _guide_options(cfg), GUIDE_ARGUMENTS)
     opt = cfg.optim
+    samples = {} if cfg.output.num_samples is None else {"num_samples": cfg.output.num_samples}  # unset: the method's
     return dict(prior=make_prior(cfg), guide=functools.partial(guide_cls, **guide_kwargs), estimator=opt.estimator,
-                num_particles=opt.num_particles, batch_size=opt.batch_size, num_samples=cfg.output.num_samples,
-                beta=_schedule(cfg), optimizer=optimizer_of(cfg))
+                num_particles=opt.num_particles, batch_size=opt.batch_size, **samples, beta=_schedule(cfg),
+                optimizer=optimizer_of(cfg))
 
 
 def method_of(cfg: RunConfig) -> Method:
@@ -361,7 +362,8 @@ def check_run(cfg: RunConfig) -> Run:
     """
     for option, value in (("--epochs", cfg.optim.epochs), ("--batch-size", cfg.optim.batch_size),
                           ("--num-particles", cfg.optim.num_particles), ("--num-samples", cfg.output.num_samples)):
-        positive_int(option, value)
+        if value is not None:
+            positive_int(option, value)
     for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
         if value is not None:
             positive_int(option, value)

@@ -267,6 +267,8 @@ def method_args(name: str, flags: Optional[set[str]] = None) -> tuple[str, ...]:
         flag = _own_flag(method, field.name, flags)
         if flag is not None:
             values[flag] = getattr(method, field.name)
+    if method.command == "train":  # the report's draws stay the method's (run_method): unset, they fit the run
+        values.pop("--num-samples", None)
     unknown = sorted(flag for flag in values if flag not in flags)
     if unknown:
         raise ValueError(f"--method {name}: {', '.join(unknown)} are not options of pyrobnn {method.command}")

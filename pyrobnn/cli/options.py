@@ -423,8 +423,8 @@ class OutputOptions:
     """Train into an --out that already holds a run (its checkpoint.pt and metrics.json are replaced)."""
     progress: bool = True
     """Show progress bars (training, and the passes of the test report)."""
-    num_samples: int = 100
-    """Monte-Carlo samples of the posterior predictive for the test report."""
+    num_samples: Annotated[Optional[int], arg(metavar="INT", help_behavior_hint="(default: sized to the run)")] = None
+    """Monte-Carlo samples of the predictive for the test report; unset: the method's, fewer if they outlast the run."""
     max_memory: Annotated[Optional[float], arg(metavar="GB", help_behavior_hint=MAX_MEMORY_HINT)] = None
     """Memory one prediction pass may hold, in GB: the passes of the test report are sized to fit it."""
     ood_dataset: OODDataset = None

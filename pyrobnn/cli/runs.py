@@ -14,19 +14,21 @@ import pyro
 import torch
 
 from pyrobnn.analysis.calibration import Calibrator, minimum_rows
+from pyrobnn.analysis.evaluate import monte_carlo_error
 from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import one_line, positive
 from pyrobnn.cli.build import Run, build_network, dataset_options, method_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
-from pyrobnn.cli.report import metrics_table, shown
+from pyrobnn.cli.report import metrics_table, say, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.mcmc import MCMCResult
+from pyrobnn.infer.predict import LEAST_DRAWS, sized_draws
 from pyrobnn.methods import DRAWS_KINDS, load_posterior
 
 __all__ = [
@@ -177,13 +179,13 @@ def test_report(posterior, data, seed: int, reliability: Optional[Path] = None, 
     if data.task != "classification":
         target_scale = None if data.y_std is None else (data.y_mean, data.y_std)
         return posterior.evaluate(data.x_test, data.y_test, target_scale=target_scale, calibration=calibrator,
-                                  **options)
+                                  mc_error=True, **options)
     pred, mixture = posterior.predicted(data.x_test, **options)
     if reliability is not None:
         reliability_diagram(pred["probs"].cpu(), data.y_test, reliability,
                             title=f"{data.name}: {len(data.y_test)} test examples, "
                                   f"{num_samples or posterior.num_samples} samples")
-    report = classification_report(pred, data.y_test)
+    report = {**classification_report(pred, data.y_test), "mc_error": monte_carlo_error(mixture, data.y_test)}
     if calibrator is not None:
         report.update(calibrator.report(mixture, data.y_test))
     if ood is not None:
@@ -226,6 +228,8 @@ def metrics_tables(title: str, row: str, metrics: dict, corrupted: Optional[dict
     """The rich tables of a test report: its scalar metrics in row ``row`` (and ``corrupted``, the mean over the
     corrupted test sets, in a second row), then its out-of-distribution metrics when it has them."""
     rows = {row: metrics}
+    if metrics.get("mc_error"):  # from the spread over two halves of the draws
+        rows["± Monte-Carlo error"] = metrics["mc_error"]
     if corrupted is not None:
         rows[f"{row}, corrupted"] = corrupted
     tables = [metrics_table(title, rows)]
@@ -235,19 +239,42 @@ def metrics_tables(title: str, row: str, metrics: dict, corrupted: Optional[dict
     return tables
 
 
-def training_accuracy(posterior, data, transform=None, max_memory: Optional[int] = None,
-                      size: int = 1000) -> tuple[float, float]:
+TRAINING_ROWS = 1000
+"""The training rows whose accuracy :func:`training_accuracy` checks against chance."""
+
+
+def training_accuracy(posterior, data, transform=None, max_memory: Optional[int] = None, size: int = TRAINING_ROWS,
+                      draws: int = 10) -> tuple[float, float]:
     """``posterior``'s predictive accuracy on ``size`` training examples drawn at random (seed 0, whatever the order
-    of the rows: a data set stored class by class would put one class first) with 10 posterior samples, rounded up
-    to a multiple of a mixture guide's components, and the chance level there, the frequency of the majority class:
+    of the rows: a data set stored class by class would put one class first) with ``draws`` posterior samples,
+    rounded up to a multiple of a mixture guide's components, and the chance level there, the frequency of the
+    majority class:
     a run at chance learned nothing."""
     rows = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(0))[:size]
     x, y = data.x_train[rows], data.y_train[rows]
     if transform is not None:
         x = transform.normalize(x.to(device_of(posterior.guide, posterior.model)))
     components = getattr(posterior.guide, "num_components", 1)
-    metrics = posterior.evaluate(x, y, num_samples=components * math.ceil(10 / components), max_memory=max_memory)
+    metrics = posterior.evaluate(x, y, num_samples=components * math.ceil(draws / components), max_memory=max_memory)
     return metrics["accuracy"], float(torch.bincount(y).max()) / len(y)
+
+
+def report_draws(cfg: RunConfig, posterior, data, ood, held_out, seconds: float, max_memory=None) -> int:
+    """The test report's draws: the posterior's own when ``--num-samples`` is given (the method was built with it),
+    under VDP++'s moments or at most :data:`~pyrobnn.infer.predict.LEAST_DRAWS`; otherwise
+    :func:`~pyrobnn.infer.predict.sized_draws` for a report of about ``seconds`` (the run so far) over every input it
+    predicts (the test set, its corruptions, the out-of-distribution and held-out sets, the training rows of
+    :func:`training_accuracy`), said on one line."""
+    if cfg.output.num_samples is not None or posterior.moments or posterior.num_samples <= LEAST_DRAWS:
+        return posterior.num_samples
+    corrupted = len(cfg.output.corruptions) * len(cfg.output.corruption_types)
+    rows = (len(data.x_test) * (1 + corrupted) + (0 if ood is None else len(ood.x_test))
+            + (0 if held_out is None else len(held_out[0]))
+            + (min(TRAINING_ROWS, len(data.x_train)) if data.task == "classification" else 0))
+    chosen = sized_draws(posterior.model, posterior.guide, data.x_test, budget=seconds, most=posterior.num_samples,
+                         rows=rows, max_memory=max_memory)
+    say(f"test report: {chosen}")
+    return chosen.num_samples
 
 
 def load_states(path: Path, state: dict, model, guide) -> None:

@@ -7,6 +7,7 @@ its method (:meth:`~pyrobnn.methods.Method.train`) and tested through the poster
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pyro
@@ -32,6 +33,7 @@ from pyrobnn.cli.runs import (
     load_ood,
     load_states,
     metrics_tables,
+    report_draws,
     test_report,
     training_accuracy,
 )
@@ -40,6 +42,7 @@ from pyrobnn.files import check_writable, write_json
 from pyrobnn.infer.recording import resolve as resolve_compile
 from pyrobnn.infer.svi import Checkpoint, TrainingDiverged
 from pyrobnn.methods.posterior import EmpiricalPosterior
+from pyrobnn.methods.rules import warmup_note
 
 __all__ = ["train"]
 
@@ -60,6 +63,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     Everything that can be checked without training is checked before anything is written:
     the options, the method, ``--out``, the device and, with ``--resume``, the checkpoint and its options.
     """
+    started = time.monotonic()  # the run so far sizes its test report (report_draws)
     run = check_run(cfg)
     check_severities(cfg.output.corruptions)
     out = _output(cfg)
@@ -75,7 +79,9 @@ def train(cfg: RunConfig) -> dict[str, float]:
     posterior = _trained(run, data, held_out, device, out / "checkpoint.pt", resumed)
     report = _training_report(run, posterior, data, device, selection)
     write_json(out / "metrics.json", report)  # the training run is kept whatever the test report meets
-    return _tested(run, posterior, data, held_out, ood, report, out, device)
+    max_memory = gigabytes(cfg.output.max_memory)
+    num_samples = report_draws(cfg, posterior, data, ood, held_out, time.monotonic() - started, max_memory)
+    return _tested(run, posterior, data, held_out, ood, report, out, device, num_samples)
 
 
 def _output(cfg: RunConfig) -> Path:
@@ -112,6 +118,9 @@ def _trained(run: Run, data, held_out, device, checkpoint: Path, resumed):
         say(f"--resume: {checkpoint} does not exist; training from scratch")
     trained_at = rate(method, model, opt.epochs)
     say(_header(run, model, data, held_out, device, trained_at))
+    note = warmup_note(method.schedule(opt.epochs), opt.epochs)
+    if note:
+        say(f"beta: {note}")
     callbacks = [record_sparsity(guide)] if _principled_rule_applies(guide) else []
     if data.x_val is not None:
         callbacks.append(Validation(data.x_val, data.y_val))
@@ -144,8 +153,8 @@ def _header(run: Run, model, data, held_out, device, trained_at: str) -> str:
     return (f"pyrobnn {cfg.data.dataset}: {len(data.x_train)} train{calibrating} / {len(data.x_test)} test, model "
             f"{cfg.model.name}, {len(model.sites())} Bayesian tensors, guide {cfg.guide.name}, prior "
             f"{prior_name(cfg.prior)}, beta {run.method.schedule(cfg.optim.epochs)}, estimator "
-            f"{cfg.optim.estimator}, {trained_at}, device {device}, compile {executor} ({why})"
-            + (f", {noise}" if noise else ""))
+            f"{cfg.optim.estimator}, {trained_at}, device {device}, compile {executor} ({why}), report draws "
+            f"{cfg.output.num_samples or 'sized to the run after training'}" + (f", {noise}" if noise else ""))
 
 
 def _training_report(run: Run, posterior, data, device, selection) -> dict:
@@ -166,20 +175,21 @@ def _training_report(run: Run, posterior, data, device, selection) -> dict:
     return report
 
 
-def _tested(run: Run, posterior, data, held_out, ood, report: dict, out: Path, device) -> dict:
-    """The posterior's test report (clean, calibrated, out of distribution, corrupted), written into ``report``
-    (``metrics.json``) and printed; an empirical posterior's draws written to ``draws.pt``."""
+def _tested(run: Run, posterior, data, held_out, ood, report: dict, out: Path, device, num_samples: int) -> dict:
+    """The posterior's test report of ``num_samples`` draws (clean, calibrated, out of distribution, corrupted),
+    written into ``report`` (``metrics.json``) and printed; an empirical posterior's draws written to ``draws.pt``."""
     cfg, seed = run.config, run.config.optim.seed
     classification = data.task == "classification"
     max_memory = gigabytes(cfg.output.max_memory)
-    warnings = _learned_something(posterior, data, run, report, max_memory) if classification else []
+    draws = 10 if cfg.output.num_samples else min(10, num_samples)  # no more than a report sized to the run
+    warnings = _learned_something(posterior, data, run, report, max_memory, draws) if classification else []
     if isinstance(posterior, EmpiricalPosterior):  # its draws replace the fit they started from
         posterior.save(out / "draws.pt", config=cfg.to_dict())
         say(f"{posterior.kind}: {posterior.result.summary()}; wrote {out}/draws.pt")
         report[posterior.kind] = posterior.report
     metrics = test_report(posterior, data, seed, out / "reliability.png" if classification else None,
                           max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,
-                          coverage=cfg.calibration.coverage)
+                          coverage=cfg.calibration.coverage, num_samples=num_samples)
     if held_out is not None:
         report["calibration"] = {"rows": len(held_out[0]), "fraction": cfg.calibration.fraction,
                                  "coverage": cfg.calibration.coverage, "seed": CALIBRATION_SEED}
@@ -187,14 +197,14 @@ def _tested(run: Run, posterior, data, held_out, ood, report: dict, out: Path, d
     corrupted = None
     if cfg.output.corruptions:  # the means over the corruptions in the test report, each corruption beside it
         shifted = corrupted_report(posterior, cfg, data, cfg.output.corruptions, cfg.output.corruption_types,
-                                   posterior.num_samples, seed, max_memory, cfg.output.progress)
+                                   num_samples, seed, max_memory, cfg.output.progress)
         corrupted = shifted["mean"]
         metrics["corrupted"] = {"mean": corrupted, "severities": shifted["severities"]}
         report["corruptions"] = shifted["corruptions"]
     report.update(test=metrics, peak_memory_gb=process_peak_bytes(device) / 1e9, warnings=warnings)
     write_json(out / "metrics.json", report)
     name = cfg.method or (posterior.kind if isinstance(posterior, EmpiricalPosterior) else cfg.guide.name)
-    for table in metrics_tables(f"test metrics ({posterior.num_samples} samples)", name, metrics, corrupted):
+    for table in metrics_tables(f"test metrics ({num_samples} samples)", name, metrics, corrupted):
         console.print(table)
     for warning in warnings:
         warn(warning)
@@ -203,9 +213,10 @@ def _tested(run: Run, posterior, data, held_out, ood, report: dict, out: Path, d
     return metrics
 
 
-def _learned_something(posterior, data, run: Run, report: dict, max_memory) -> list[str]:
-    """The training accuracy in ``report``, and a warning when it is at chance."""
-    report["train_accuracy"], chance = training_accuracy(posterior, data, augmentation(run.config, data), max_memory)
+def _learned_something(posterior, data, run: Run, report: dict, max_memory, draws: int) -> list[str]:
+    """The training accuracy in ``report`` (``draws`` draws), and a warning when it is at chance."""
+    report["train_accuracy"], chance = training_accuracy(posterior, data, augmentation(run.config, data), max_memory,
+                                                         draws=draws)
     if report["train_accuracy"] > chance + 0.05:
         return []
     return [f"training accuracy {percent(report['train_accuracy'])} is at chance ({percent(chance)}, the majority "

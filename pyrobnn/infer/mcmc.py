@@ -34,7 +34,8 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
-from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive_int
+from pyrobnn.checks import choice, deprecated, in_range, nonnegative, nonnegative_int, positive_int, renamed_keywords
+from pyrobnn.guides.empirical import PosteriorDraws
 from pyrobnn.infer.batched_nuts import sample_chains
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential, check_prior
@@ -94,6 +95,18 @@ class MCMCResult(Draws):
     def summary(self) -> str:
         return f"{len(self)} draws ({self.runs} chain(s) x {len(self) // self.runs})"
 
+    def posterior(self) -> PosteriorDraws:
+        """Deprecated (removed in 0.2): :meth:`~pyrobnn.infer.draws.Draws.guide`, the empirical guide of every
+        chain's draws."""
+        deprecated("MCMCResult.posterior()", "MCMCResult.guide()")
+        return self.guide()
+
+    @property
+    def num_draws(self) -> int:
+        """Deprecated (removed in 0.2): ``len(result)``, the draws of all chains."""
+        deprecated("MCMCResult.num_draws", "len(result)")
+        return len(self)
+
     def to_inference_data(self):
         """The draws as an ArviZ ``InferenceData`` (``pip install arviz``): group ``posterior`` (one variable per
         site), ``sample_stats`` (``diverging``, ``tree_depth``, ``n_steps``, ``acceptance_rate``, ``energy``,
@@ -119,7 +132,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
                      max_tree_depth: int = 10, sampler: str = "auto", compile: str = "auto",
                      progress: bool = False,
                      max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None, map_steps: int = 0,
-                     prediction_x: torch.Tensor | None = None) -> MCMCResult:
+                     prediction_x: torch.Tensor | None = None, **renamed) -> MCMCResult:
     """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
 
     Every chain starts from the network's current weights (or its row of ``initial``), moved towards the MAP
@@ -160,6 +173,9 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     :param prediction_x: inputs at which the function-space diagnostics are computed (default: up to
         :data:`PREDICTION_POINTS` training inputs, evenly spaced).
     :param progress: show a progress bar over the draws.
+    :param renamed: the keywords of the last release, each with a ``DeprecationWarning`` (removed in 0.2):
+        ``jit=True`` (now ``compile="trace"``) and ``compiler`` (now ``compile``: ``"script"`` is ``"trace"``,
+        ``"eager"`` is ``"none"``).
 
     :returns: :class:`MCMCResult` with ``draws`` ``{site: (chains, samples, ...)}`` and ``diagnostics``:
         ``sampler``, ``r_hat_max`` and ``ess_min`` over all sites (and per site), ``prediction_r_hat_max`` and
@@ -194,7 +210,7 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
     max_tree_depth = positive_int("max_tree_depth", max_tree_depth)
     max_data = positive_int("max_data (the largest full-batch training set)", max_data)
     sampler = choice("sampler", sampler, SAMPLERS)
-    compile = check_mode(compile)
+    compile = check_mode(_renamed_compile(compile, renamed))
     if not torch.is_tensor(x) or not torch.is_tensor(y):
         raise TypeError(f"x and y must be tensors, got {type(x).__name__} and {type(y).__name__}")
     if x.shape[0] != y.shape[0]:
@@ -262,6 +278,25 @@ def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: in
                        target_accept=target_accept, max_tree_depth=max_tree_depth, prediction_points=len(prediction_x))
     return MCMCResult(model, draws, diagnostics=diagnostics, stats=stats, predictions=predictions,
                       prediction_x=prediction_x)
+
+
+RENAMED_SAMPLER_KEYWORDS = {"jit": 'compile="trace"', "compiler": "compile"}
+""":func:`sample_posterior`'s keywords of the last release -> what replaced them."""
+
+
+def _renamed_compile(compile: str, renamed: dict) -> str:
+    """``compile`` from :func:`sample_posterior`'s keywords of the last release (:data:`RENAMED_SAMPLER_KEYWORDS`),
+    each with a ``DeprecationWarning``: ``compiler`` by its new name (``"script"``: ``"trace"``, ``"eager"``:
+    ``"none"``), else ``jit=True`` as ``"trace"``."""
+    renamed_keywords("sample_posterior", renamed, RENAMED_SAMPLER_KEYWORDS)
+    old = ({"script": "trace", "eager": "none"}.get(renamed["compiler"], renamed["compiler"]) if "compiler" in renamed
+           else "trace" if renamed.get("jit") else None)
+    if old is None:
+        return compile
+    if compile != "auto" and compile != old:
+        raise ValueError(f"sample_posterior: compile={compile!r} and the deprecated {', '.join(sorted(renamed))} "
+                         "disagree; pass compile alone")
+    return old
 
 
 def chain_starts(potential: FlatPotential, initial, num_chains: int, init_jitter: float, seed: int) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
+from dataclasses import dataclass
 
 import torch
 from pyro import poutine
@@ -25,7 +27,21 @@ from pyrobnn.model.protocol import network_model
 PROTOTYPE_ROWS = 16
 """A Pyro model written by hand that no guide or fit has run yet is traced on this many rows of the inputs."""
 
-__all__ = ["predict", "predict_moments", "predictive_outputs", "prediction_mode"]
+__all__ = ["predict", "predict_moments", "predictive_outputs", "prediction_mode", "sized_draws", "SizedDraws",
+           "LEAST_DRAWS", "FREE_SECONDS"]
+
+LEAST_DRAWS = 2
+"""The fewest draws :func:`sized_draws` chooses (unless the method has fewer): two halves, whose spread gives the
+report's Monte-Carlo error (:func:`pyrobnn.analysis.evaluate.monte_carlo_error`)."""
+
+FREE_SECONDS = 30.0
+"""A report that takes at most this long at the method's draws keeps them all, however short the run
+(:func:`sized_draws`): a small run reports the same draws on every machine."""
+
+PROBE_ROWS = 1000
+"""The inputs of the larger timed pass of :func:`sized_draws` (at most its ``batch_size``): a pass as large as the
+report's, whose inputs cost what they cost there (a convolutional network's per input grows with the batch: its
+passes of 256 and 64 inputs put one draw of 10,000 CIFAR images at 6 s where it takes 10 s)."""
 
 
 @contextlib.contextmanager
@@ -58,6 +74,12 @@ def _vectorizable(guide) -> bool:
         return False
     posteriors = [guide.posterior(name) for name in guide.site_names]
     return any(map(has_lazy_value, posteriors)) and all(has_lazy_value(q) or q.has_rsample for q in posteriors)
+
+
+def _vectorized_by_default(model, guide) -> bool:
+    """Whether :func:`predictive_outputs` draws in batched passes by default: a guide the estimators draw in one
+    pass (:func:`_vectorizable`) on a network without convolutions."""
+    return _vectorizable(guide) and not (isinstance(model, nn.Module) and is_convolutional(model))
 
 
 def prepared(model, guide, x: torch.Tensor):
@@ -104,7 +126,7 @@ def predictive_outputs(model, guide, x: torch.Tensor, num_samples: int = 100, ba
     budget = memory_budget(device, max_memory)
     explicit = vectorized is not None
     if vectorized is None:
-        vectorized = _vectorizable(guide) and not (isinstance(model, nn.Module) and is_convolutional(model))
+        vectorized = _vectorized_by_default(model, guide)
     with prediction_mode(model, mc_dropout):
         try:
             with _rng_kept(device):  # one draw on one example: x must fit the network (a clear error otherwise)
@@ -289,3 +311,106 @@ def predict(model, guide, x: torch.Tensor, num_samples: int = 100, batch_size: i
     outputs = predictive_outputs(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, max_memory,
                                  progress)
     return network_model(model).likelihood.predictive(outputs)
+
+
+@dataclass(frozen=True)
+class SizedDraws:
+    """The draws :func:`sized_draws` chose (``num_samples``), with what it measured and weighed: the seconds of one
+    draw over every input of the report, the ``budget`` in seconds and the ``most`` draws the method takes."""
+
+    num_samples: int
+    seconds_per_draw: float
+    budget: float
+    most: int
+    rows: int
+
+    def __str__(self) -> str:
+        full = self.most * self.seconds_per_draw
+        if self.num_samples == self.most and full <= max(self.budget, FREE_SECONDS):
+            why = f"all {self.most} of the method's take {_duration(full)}"
+        elif self.num_samples == self.most:
+            why = f"the method's {self.most}, though they take {_duration(full)}: a report takes at least that many"
+        elif self.num_samples * self.seconds_per_draw <= self.budget:
+            why = (f"the most within {_duration(self.budget)}, the run so far; the method's {self.most} would "
+                   f"take {_duration(full)}")
+        else:
+            why = (f"the fewest a report takes ({LEAST_DRAWS}, two halves for its Monte-Carlo error); the method's "
+                   f"{self.most} would take {_duration(full)}")
+        return (f"{self.num_samples} predictive draws of {self.rows:,} inputs (one draw's passes take "
+                f"{_duration(self.seconds_per_draw)}, measured): {why}; --num-samples N sets the number")
+
+
+def _timed(run) -> float:
+    """Seconds ``run()`` takes, its device's work done."""
+    start = time.perf_counter()
+    float(run().sum())
+    return time.perf_counter() - start
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2g} s" if seconds < 1 else f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def sized_draws(model, guide, x: torch.Tensor, budget: float, most: int, rows: int | None = None,
+                least: int = LEAST_DRAWS, free: float = FREE_SECONDS, batch_size: int = 1000,
+                mc_dropout: bool = False, max_memory: int | None = None) -> SizedDraws:
+    r"""The number of posterior draws S of a report whose passes take about ``budget`` seconds: a report sized to the
+    run that precedes it, rather than a fixed S whose passes over a large test set can outlast training many times.
+
+    One draw's time :math:`t` is measured: passes of :data:`PROBE_ROWS` inputs of ``x`` (at most ``batch_size``) and
+    of a quarter of them (after a pass of a few that sets up the network), as :func:`predictive_outputs` runs
+    them, whose difference is the time of the extra inputs alone (a call's own work, such as its memory probe,
+    cancels), scaled to the ``rows`` inputs (default ``len(x)``) the report predicts with each draw. A report whose
+    ``most`` draws (the method's own) take at most ``max(budget, free)`` takes them all; otherwise
+    :math:`S = \lfloor \text{budget} / t \rfloor`, at least ``least`` (unless ``most`` is fewer), a multiple of a
+    mixture guide's components. The random state is left as it was, and
+    empirical draws replay from the first.
+
+    :param model, guide: as :func:`predictive_outputs` takes them.
+    :param x: inputs of the report (its first :data:`PROBE_ROWS`, at most ``batch_size``, are timed).
+    :param budget: the seconds the report may take (e.g. those of the run so far).
+    :param most: the method's draws (:attr:`pyrobnn.methods.Posterior.num_samples`).
+    :param rows: the inputs each draw predicts in the whole report (the test set, its shifted and held-out sets).
+    :param least: the fewest draws (default :data:`LEAST_DRAWS`).
+    :param free: a report of at most this many seconds at ``most`` draws keeps them (default :data:`FREE_SECONDS`).
+    :returns: a :class:`SizedDraws`, whose ``str`` says the choice and why in one sentence.
+
+    Example: a small network's report keeps all of the method's draws; a budget that one draw already fills takes
+    the fewest.
+
+    >>> import pyro, torch
+    >>> from torch import nn
+    >>> from pyrobnn import BayesianNetwork, NormalGuide
+    >>> from pyrobnn.infer.predict import sized_draws
+    >>> pyro.clear_param_store()
+    >>> model = BayesianNetwork(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), num_data=64)
+    >>> guide = NormalGuide(model)
+    >>> x = torch.randn(64, 4)
+    >>> sized_draws(model, guide, x, budget=1.0, most=100).num_samples
+    100
+    >>> sized_draws(model, guide, x, budget=0.0, most=100, rows=10**12, free=0.0).num_samples
+    2
+    """
+    if not isinstance(most, int) or most < 1:
+        raise ValueError(f"most must be a positive integer (the method's draws), got {most!r}")
+    rows = len(x) if rows is None else rows
+    components = getattr(guide, "num_components", 1)
+    device = device_of(guide, model)
+    probe = x[:min(batch_size, PROBE_ROWS)]
+    # batched passes draw many at once: time as many as the report's (up to 8); a loop draws one a pass: time one
+    batched = _vectorized_by_default(*prepared(model, guide, x.to(device)))
+    k = components * max(1, min(most, 8) // components) if batched else components
+    options = dict(batch_size=batch_size, mc_dropout=mc_dropout, max_memory=max_memory)
+    with _rng_kept(device):
+        predictive_outputs(model, guide, probe[:8], num_samples=k, **options)  # sets up the network and guide
+        small, large = (_timed(lambda n=n: predictive_outputs(model, guide, probe[:n], num_samples=k, **options))
+                        for n in (len(probe) // 4, len(probe)))
+    _rewind(guide)
+    extra = len(probe) - len(probe) // 4  # a call's own work (its memory probe) cancels in the difference
+    per_row = (large - small) / (k * extra) if extra and large > small else large / (k * len(probe))
+    seconds = per_row * rows
+    if most * seconds <= max(budget, free):
+        count = most
+    else:
+        count = min(most, max(int(budget // seconds), least))
+    return SizedDraws(max(components, count - count % components), seconds, budget, most, rows)

@@ -33,10 +33,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pyrobnn.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from pyrobnn.checks import check_labels, nonnegative, nonnegative_int, positive_int
+from pyrobnn.checks import check_labels, nonnegative, nonnegative_int, positive_int, renamed_keywords
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.guides.base import SiteGuide
 from pyrobnn.handlers.node_draws import check_components
+from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim, PerturbingOptimizer, make_scheduler, per_example_rate, schedule_of
 from pyrobnn.infer.predict import PROTOTYPE_ROWS, predictive_outputs
 from pyrobnn.infer.recording import check_mode
@@ -275,6 +276,7 @@ def fit(
     checkpoint: "Checkpoint | str | Path | None" = None,
     progress: bool = True,
     on_epoch_end: Callback | Sequence[Callback] | None = None,
+    **renamed,
 ) -> History:
     r"""Train ``guide`` (and the model's deterministic parameters) on ``(x, y)`` by SVI.
 
@@ -305,6 +307,9 @@ def fit(
     :param on_epoch_end: callback(s) ``(epoch, record)`` after each epoch, before the checkpoint; they may
         add entries to the record: validation (:class:`pyrobnn.analysis.evaluate.Validation`), sparsity
         (:func:`pyrobnn.analysis.prune.record_sparsity`).
+    :param renamed: the keywords of the last release, each with a ``DeprecationWarning`` (removed in 0.2):
+        ``estimator``, ``num_particles`` and ``precision`` (now ``elbo=MeanFieldELBO(num_particles,
+        vectorize_particles=True, estimator=..., precision=...)``).
     :returns: the :class:`History` of per-epoch records: ``loss`` and ``nll`` per training example,
         ``kl`` (nats, unweighted), ``beta`` (mean over the epoch), ``lr``, ``seconds``, and what callbacks add.
     :raises TrainingDiverged: when the loss becomes NaN/inf (the checkpoint keeps the last good epoch).
@@ -324,7 +329,7 @@ def fit(
     >>> history["loss"][-1] < history["loss"][0], model.num_data  # N = len(x) scales the likelihood
     (True, 32)
     """
-    elbo = objective(elbo)
+    elbo = _renamed_objective(elbo, renamed)
     epochs, batch_size = checked_fit_options(x, epochs, batch_size, optimizer, elbo, num_data, compile)
     checkpoint = Checkpoint.of(checkpoint)
     if elbo.stochastic:
@@ -354,6 +359,26 @@ def fit(
     return train_epochs(run, step, x, y, range(start, epochs), batch_size, seed, device, beta=beta,
                         transform=transform, warmup_steps=warmup_steps, checkpoint=checkpoint, progress=progress,
                         callbacks=callbacks)
+
+
+RENAMED_FIT_KEYWORDS = {"estimator": "elbo=MeanFieldELBO(estimator=...)",
+                        "num_particles": "elbo=MeanFieldELBO(num_particles, vectorize_particles=True)",
+                        "precision": "elbo=MeanFieldELBO(precision=...)"}
+""":func:`fit`'s keywords of the last release -> what replaced them (the objective's settings moved to its ELBO)."""
+
+
+def _renamed_objective(elbo, renamed: dict):
+    """:func:`fit`'s objective, from the keywords of the last release (:data:`RENAMED_FIT_KEYWORDS`) where they are
+    given, each with a ``DeprecationWarning``."""
+    renamed_keywords("fit", renamed, RENAMED_FIT_KEYWORDS)
+    if not renamed:
+        return objective(elbo)
+    if elbo is not None:
+        raise ValueError(f"fit: {', '.join(sorted(renamed))} and elbo= both set the objective; pass only "
+                         "elbo=MeanFieldELBO(num_particles, vectorize_particles=True, estimator=..., precision=...)")
+    particles = positive_int("num_particles", renamed.get("num_particles", 1))
+    return MeanFieldELBO(particles, vectorize_particles=particles > 1, estimator=renamed.get("estimator", "sample"),
+                         precision=renamed.get("precision", "fp32"))
 
 
 def train_epochs(run: "Run", step: Step, x, y, epochs: range, batch_size: int, seed: int, device, *, beta,

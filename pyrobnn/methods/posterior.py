@@ -83,12 +83,12 @@ class Posterior(ABC):
         return network_model(self.model, x[:PROTOTYPE_ROWS]).task
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, target_scale=None,
-                 calibration=None, **options) -> dict:
+                 calibration=None, mc_error: bool = False, **options) -> dict:
         """Accuracy, NLL, ECE and Brier (classification) or RMSE, NLL and the log-likelihood (regression) of the
         predictive on ``(x, y)`` (:meth:`predicted`), as :func:`~pyrobnn.analysis.evaluate.evaluate` computes them:
-        ``target_scale`` and ``calibration`` are its, ``options`` :meth:`predicted`'s."""
+        ``target_scale``, ``calibration`` and ``mc_error`` are its, ``options`` :meth:`predicted`'s."""
         pred, mixture = self.predicted(x, num_samples, **options)
-        return scores(self.task(x), pred, mixture, y, target_scale, calibration)
+        return scores(self.task(x), pred, mixture, y, target_scale, calibration, mc_error)
 
     @abstractmethod
     def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -133,8 +133,13 @@ def accepted_options(command: str) -> dict[str, object]:
 
 def parse_cell(command: str, argv: typing.Sequence[str]):
     """The configuration ``pyrobnn <command> <argv>`` runs (``--method NAME`` expanded as the command line does); a
-    :class:`ValueError` holding tyro's message on one line when it does not parse."""
-    return parse_config(CONFIGS[command], expand_method([command, *argv])[1:], f"pyrobnn {command}")
+    :class:`ValueError` holding tyro's message on one line when it does not parse. A train cell without
+    ``--num-samples`` reports the method's draws: a study's cells measure the same on every machine (the command
+    line sizes an unset report to the run, :func:`pyrobnn.cli.runs.report_draws`), keyed as they always were."""
+    config = parse_config(CONFIGS[command], expand_method([command, *argv])[1:], f"pyrobnn {command}")
+    if command == "train" and config.output.num_samples is None:
+        config.output.num_samples = method_of(config).num_samples
+    return config
 
 
 def split_options(argv: typing.Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -216,18 +221,21 @@ so that the cells cached before they became aliases keep their keys."""
 def cache_key(command: str, config, method=None) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
     of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
-    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``; a ``train`` cell's former selector options of
-    its ``method`` (:data:`FORMER_SELECTORS`; default: the method its options build)."""
+    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``, unset draws as the method's; a ``train`` cell's
+    former selector options of its ``method`` (:data:`FORMER_SELECTORS`; default: the method its options build)."""
     defaults = {**_defaults(command), **FORMER_SELECTORS}
     flags = config.flags()
     if command == "train":
-        flags.update(former_selectors(method_of(config) if method is None else method))
+        method = method_of(config) if method is None else method
+        flags.update(former_selectors(method))
     options = {flag: value for flag, value in flags.items()
                if flag not in NOT_IN_KEY and flag != "--compile"
                and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
     options.update(EXECUTOR_KEY[command])
     if command == "train" and config.likelihood.scale is None:
         options["--likelihood.scale"] = _noise_key(config)
+    if command == "train" and config.output.num_samples is None:  # the method's draws, as parse_cell runs them
+        options["--num-samples"] = method.num_samples
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

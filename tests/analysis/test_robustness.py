@@ -204,6 +204,7 @@ def snapshot(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+@pytest.mark.recorded
 def test_pruning_curve_of_a_guide():
     x, y = labelled_by(mlp())  # labels of the unpruned mean network: accuracy 1 before pruning
     model = BayesianNetwork(mlp(), prior=GaussianPrior(), num_data=300)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cifar10_floor  # noqa: E402
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_floor_trains_and_reports(data_root, capsys):
     if not (data_root / "cifar10-jpeg.tar.gz").is_file() and not (data_root / "cifar-10-batches-py").is_dir():

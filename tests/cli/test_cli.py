@@ -50,6 +50,7 @@ def moons_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.recorded
 def test_train_writes_checkpoint_metrics_and_diagram(mnist_run):
     for name in ("checkpoint.pt", "metrics.json", "reliability.png"):
         assert (mnist_run / name).is_file(), name
@@ -510,6 +511,7 @@ def nuts_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.recorded
 def test_mcmc_writes_draws_diagnostics_and_a_decision_boundary(nuts_run):
     from pyrobnn.cli.options import MCMCConfig
 
@@ -663,6 +665,7 @@ def test_mcmc_config_round_trip_and_toy_names():
         MCMCConfig.from_dict({"mcmc": {"chains": 3}})
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("guide", [["--guide", "dropout", "--guide.rate", "0.2"], ["--guide", "point"]])
 def test_mc_dropout_and_point_guides_train_and_evaluate_by_one_argument(guide, tmp_path):
     out = tmp_path / "run"
@@ -696,6 +699,7 @@ def test_cifar_with_augmentation_and_corruption_benchmark(data_root, tmp_path, c
     assert "--corruptions takes severities 1 to 5" in error_line(capsys)
 
 
+@pytest.mark.recorded
 def test_implicit_bnn_trains_and_evaluates_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "run"
     ibnn = ["--prior", "node", "--prior.scale", 0.3, "--guide", "mixture-node", "--guide.components", 4,

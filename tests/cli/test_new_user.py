@@ -134,6 +134,7 @@ def test_resume_without_a_checkpoint_says_it_trains_from_scratch(tmp_path, capsy
     assert "does not exist; training from scratch" in capsys.readouterr().out
 
 
+@pytest.mark.recorded
 def test_metrics_record_peak_memory_and_evaluate_uses_the_training_seed(tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli(["train", *MOONS, "--epochs", 5, "--lr", 0.05, "--seed", 7, "--out", out]) == 0
@@ -146,6 +147,7 @@ def test_metrics_record_peak_memory_and_evaluate_uses_the_training_seed(tmp_path
     assert evaluated["seed"] == 7 and evaluated["test"] == trained["test"]
 
 
+@pytest.mark.recorded
 def test_a_run_that_stays_at_chance_says_so(tmp_path, capsys):
     out = tmp_path / "run"
     code = run_cli(["train", *MOONS, "--epochs", 1, "--lr", 1e-9, "--guide.init-rho", 3.0, "--out", out])
@@ -211,6 +213,7 @@ def run_cli_raw(argv):
     main(argv)
 
 
+@pytest.mark.recorded
 def test_mcmc_reports_the_mean_acceptance_probability_that_target_accept_aims_for(tmp_path, capsys):
     out = tmp_path / "nuts"
     assert run_cli(["mcmc", "--train-size", 40, "--test-size", 20, "--hidden", 4, "--num-samples", 60,

@@ -46,6 +46,7 @@ def test_the_pairs_are_all_but_the_ill_posed_ones():
                                                                              ("dropout", "log-uniform")}
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 @pytest.mark.parametrize("guide, prior", PAIRS)
 def test_each_pair_trains_above_chance_at_its_defaults(guide, prior, data_root, tmp_path, capsys):

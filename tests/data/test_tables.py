@@ -83,6 +83,7 @@ def test_every_format_loads_the_same_split_standardised_on_its_training_rows(set
     assert len(cancer.x_test) == round(0.2 * 569) and cancer.y_train.dtype == torch.int64 and cancer.y_std is None
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_training_from_every_format_learns(sets, fmt, tmp_path):
     """MC dropout after 100 epochs: the diabetes test RMSE (in the target's units) is below the target's standard

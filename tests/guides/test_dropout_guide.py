@@ -181,6 +181,7 @@ def test_dropout_guide_matches_trace_elbo_in_expectation():
     assert abs(ours.mean() + constant - pyros.mean()) < 5 * se
 
 
+@pytest.mark.recorded
 def test_plain_pyro_svi_trains_the_dropout_guide():
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
@@ -198,6 +199,7 @@ def test_plain_pyro_svi_trains_the_dropout_guide():
     assert evaluate(model, guide, x, y, num_samples=20)["accuracy"] > 0.9
 
 
+@pytest.mark.recorded
 def test_fit_trains_mc_dropout_and_it_swaps_in_by_one_argument():
     pyro.set_rng_seed(0)
     x = torch.randn(256, 4)

@@ -248,6 +248,7 @@ def test_scale_mixture_kl_is_the_single_sample_log_ratio():
 # ----------------------------------------------------------------------------- the README script
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("loss", [pyrobnn.MeanFieldELBO(), pyro.infer.Trace_ELBO()],
                          ids=["MeanFieldELBO", "Trace_ELBO"])
 def test_readme_twenty_line_svi_script(loss):

@@ -363,6 +363,7 @@ def test_svi_step_loops_particles_when_a_network_cannot_vectorize():
         assert torch.isfinite(terms.loss)
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("estimator", ["sample", "local", "flipout"])
 def test_fit_with_each_estimator(estimator):
     from pyrobnn.infer.schedules import Constant

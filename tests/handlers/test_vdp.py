@@ -174,6 +174,7 @@ def test_vdp_objective_is_equation_11():
     assert torch.allclose(MomentCategorical(mean, var).log_prob(y), expected)
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("objective", ["gaussian", "cross_entropy"])
 def test_training_by_moment_propagation_learns(objective):
     from pyrobnn.infer.elbo import MeanFieldELBO
@@ -327,6 +328,7 @@ def test_vision_transformer_under_vdp_matches_weight_sampling():
     assert 0.2 < ratio.median() < 1.5, f"output variance ratio VDP / MC: median {ratio.median():.2f}"
 
 
+@pytest.mark.recorded
 def test_vision_transformer_trains_by_moment_propagation():
     from pyrobnn.infer.elbo import MeanFieldELBO
     from pyrobnn.infer.schedules import Constant

@@ -281,6 +281,7 @@ def test_correlated_gaussian_means_and_variances_within_monte_carlo_error():
     assert torch.allclose(inverse_mass, CORRELATED_COV.diagonal(), rtol=0.35)
 
 
+@pytest.mark.recorded
 def test_nuts_recovers_bayesian_linear_regression_posterior():
     r"""y = [x, 1] beta + N(0, sigma^2), beta ~ N(0, s^2 I): the posterior is N(mu, Sigma) with
     Sigma = (X^T X / sigma^2 + I / s^2)^{-1}, mu = Sigma X^T y / sigma^2 (X with a column of ones)."""
@@ -330,6 +331,7 @@ def assert_same_predictive(a, b, z_max: float = 4.5) -> None:
     assert (z_var.abs() < z_max).all(), z_var
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_two_moons_predictive_agrees_with_pyros_nuts_and_numpyros():
     """The same model, prior and data, sampled by Pyro's NUTS, by the batched sampler and by NumPyro's NUTS (an
@@ -402,6 +404,7 @@ this posterior's trajectories would otherwise run to hundreds of steps: at depth
 58 s of it; the tolerances come from each sampler's ESS, so shorter trajectories widen them, never bias them)."""
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_cubic_predictive_agrees_with_pyros_nuts_and_numpyros():
     """y = x³ with a 1-6-1 ReLU network: the predictive mean function's mean and variance on a grid (inside the
@@ -449,6 +452,7 @@ def test_chains_in_different_modes_are_flagged_by_r_hat():
     assert any("chains predict differently" in w for w in diagnostics["warnings"])
 
 
+@pytest.mark.recorded
 def test_weight_symmetry_inflates_weight_r_hat_but_not_function_space_r_hat():
     """f(x) = v tanh(w x) is the same function at (w, v) and (-w, -v): chains in the two mirrored modes disagree
     on every weight, not on a single prediction."""

@@ -178,6 +178,7 @@ def test_removed_averager_leaves_each_process_its_own_gradient(ranks):
     assert any(not torch.allclose(grads[0][name], grads[1][name]) for name in grads[0])
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_fit_trains_data_parallel_unchanged(ranks):
     for record in ranks:

@@ -147,6 +147,7 @@ def test_mode_is_the_ridge_solution_and_chains_start_there():
 # ----------------------------------------------------------------------------- 2. linear regression
 
 
+@pytest.mark.recorded
 def test_nuts_recovers_bayesian_linear_regression_posterior():
     r"""y = [x, 1] beta + N(0, sigma^2), beta ~ N(0, s^2 I): the posterior is N(mu, Sigma) with
     Sigma = (X^T X / sigma^2 + I / s^2)^{-1}, mu = Sigma X^T y / sigma^2 (X with a column of ones)."""
@@ -276,6 +277,7 @@ def _sign_symmetric_model():
     return BayesianNetwork(net, Gaussian(0.05), prior=GaussianPrior(0.0, 2.0), num_data=n), x, y
 
 
+@pytest.mark.recorded
 def test_nuts_chains_at_opposite_modes_are_flagged():
     model, x, y = _sign_symmetric_model()
     initial = torch.tensor([[1.0, 1.5], [-1.0, -1.5]])

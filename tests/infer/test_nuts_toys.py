@@ -17,6 +17,7 @@ from tests.support import ROOT
 EXAMPLE = ROOT / "examples" / "nuts_toys.py"
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_nuts_toys_runs_at_ci_size(tmp_path):
     out = tmp_path / "out"

@@ -134,6 +134,7 @@ def test_a_missing_training_set_size_is_one_clear_error(num_data):
     Optim("adam")(model, nn.Module())  # Adam without decay does not need N
 
 
+@pytest.mark.recorded
 def test_cli_sgd_at_a_papers_rate_trains(tmp_path, data_root):
     """``--optimizer sgd --lr 0.05 --weight-decay 5e-4`` (a paper's recipe) on 1,000 MNIST digits: 1000x that
     step on the summed loss diverges; the per-example step learns."""

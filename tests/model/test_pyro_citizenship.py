@@ -53,6 +53,7 @@ def accuracy(model, guide, data):
     return (logits.softmax(-1).mean(0).argmax(-1) == data.y_test).float().mean().item()
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", GUIDES)
 def test_a_second_model_and_guide_in_one_process_train(kind):
     """The README's SVI script run twice in one process, without pyro.clear_param_store()."""

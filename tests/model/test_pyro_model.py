@@ -116,6 +116,7 @@ def train(model, guide, x, y, steps, lr=0.02):
     return guide
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", GUIDES)
 @pytest.mark.parametrize("task", ["regression", "classification"])
@@ -153,6 +154,7 @@ def test_mean_field_elbo_is_trace_elbo_in_expectation_on_the_users_model():
     assert abs(ours.mean() - pyros.mean()) < 4 * error, (ours.mean(), pyros.mean(), error)
 
 
+@pytest.mark.recorded
 @pytest.mark.slow
 def test_normal_guide_fits_as_well_as_autonormal_over_seeds():
     """The same steps from three seeds (pyrobnn's fit, local reparameterization, both guides): NormalGuide's test
@@ -190,6 +192,7 @@ def _gradient_draws(model, guide, x, y, handler, loss, draws=100):
     return torch.stack(losses), torch.stack(grads)
 
 
+@pytest.mark.recorded
 @pytest.mark.parametrize("kind", ["NormalGuide", "AutoNormal"])
 def test_local_reparameterization_and_flipout_lower_the_gradient_variance(kind):
     """The reason these estimators exist: on the user's model, at one posterior, the gradient's variance over draws is
@@ -233,6 +236,7 @@ def test_a_handler_with_no_site_to_act_on_warns_once(handler):
     assert not [w for w in caught if "found no site" in str(w.message)]
 
 
+@pytest.mark.recorded
 def test_vdp_propagates_moments_through_the_users_model():
     """VDP++ on the user's model: the weights' moments reach the model's own Normal(mu, sigma), scored as
     N(m, v + sigma^2); it trains, and its one-pass prediction agrees with the sampled predictive."""

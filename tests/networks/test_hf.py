@@ -55,6 +55,7 @@ def test_the_weight_file_is_the_published_one():
         "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db")
 
 
+@pytest.mark.recorded
 def test_the_weights_are_the_trained_ones_by_their_sentence_similarities(tokenizer):
     """Mean-pooled, normalised embeddings (the model's sentence-transformers pooling): the published model puts the
     two eating sentences close (0.755) and the horse far (0.247); random weights give about 0.97 for both."""
