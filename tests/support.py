@@ -31,3 +31,14 @@ def error_line(capsys) -> str:
 
 MOONS = ["--dataset", "two-moons", "--train-size", 100, "--test-size", 100, "--hidden", 8, "--batch-size", 50,
          "--num-samples", 5, "--no-progress"]
+
+
+def nuts(**options) -> dict:
+    """The keyword arguments of :func:`~pyrobnn.infer.mcmc.sample_posterior`: the sampler's settings of
+    ``METHODS["nuts"]`` (the one statement of them), with ``options`` (any of its arguments) over them."""
+    from pyrobnn.methods import METHODS
+
+    method = METHODS["nuts"]
+    settings = ("num_samples", "warmup", "num_chains", "init_jitter", "target_accept", "max_tree_depth", "sampler",
+                "map_steps")
+    return {**{name: getattr(method, name) for name in settings}, **options}

@@ -50,7 +50,7 @@ from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.infer.svi import fit
-from pyrobnn.methods import IVON, METHOD_NAMES, NUTS
+from pyrobnn.methods import IVON, METHOD_NAMES, NUTS, Variational
 from pyrobnn.methods import SGMCMC as SGMCMCMethod
 from pyrobnn.methods import SWAG as SWAGMethod
 from pyrobnn.methods.nuts import MAX_WEIGHTS
@@ -58,6 +58,7 @@ from pyrobnn.methods.rules import SPARSE_VD_LR
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
+from pyrobnn.networks.hf import LoRA
 
 TAU = "tau"
 """The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
@@ -236,11 +237,11 @@ class ModelOptions:
     init_from: Annotated[Optional[Path], arg(metavar="CHECKPOINT", help_behavior_hint="(default: none)")] = None
     ("Start the network from the weights of a deterministic run's checkpoint.pt (pyrobnn train --bayesian none, the "
      "same --model): the posterior means start at the pre-trained weights.")
-    lora_rank: int = 8
+    lora_rank: int = _default(LoRA, "r")
     """hf: models: the rank r of the LoRA adapters."""
-    lora_alpha: float = 16.0
+    lora_alpha: float = _default(LoRA, "alpha")
     """hf: models: LoRA's alpha (the update is scaled by alpha / r)."""
-    lora_targets: Annotated[tuple[str, ...], arg(metavar="MODULE [MODULE ...]")] = ("query", "value")
+    lora_targets: Annotated[tuple[str, ...], arg(metavar="MODULE [MODULE ...]")] = _default(LoRA, "targets")
     """hf: models: the linear modules that get adapters (names as in the model, e.g. query key value dense)."""
 
 
@@ -360,9 +361,9 @@ _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 class OptimOptions:
     """Stochastic variational inference: steps, estimator, particles, seed, device."""
 
-    epochs: Annotated[int, _flat()] = _default(fit, "epochs")
+    epochs: Annotated[int, _flat()] = _default(Variational.fit, "epochs")
     """Passes over the training data."""
-    batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
+    batch_size: Annotated[int, _flat()] = _default(Variational, "batch_size")
     """Minibatch size B (the likelihood is scaled by N/B)."""
     lr: Annotated[Optional[float], _flat(metavar="FLOAT", help_behavior_hint=LR_HINT)] = None
     """Learning rate per example, as papers state it (for the mean loss; sgd's is divided by N on the summed ELBO)."""
@@ -380,11 +381,11 @@ class OptimOptions:
     variational_lr_factor: Annotated[float, _flat()] = 1.0
     ("Learning rate of the guide's parameters, times --lr (the network's point weights keep --lr): the large "
      "variational rate of implicit BNNs (Trinh et al. 2020); 1: one rate.")
-    num_particles: Annotated[int, _flat()] = _default(MeanFieldELBO, "num_particles")
+    num_particles: Annotated[int, _flat()] = _default(Variational, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
     precision: Annotated[_choices(PRECISIONS), _flat()] = _default(MeanFieldELBO, "precision")
     """Arithmetic of the network: fp32, or bf16 autocast (the KL and log-likelihood stay in fp32)."""
-    estimator: Annotated[EstimatorName, _flat()] = "sample"
+    estimator: Annotated[EstimatorName, _flat()] = _default(Variational, "estimator")
     ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
      "propagation, deterministic (Dera et al. 2019).")
     compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(fit, "compile")
@@ -633,9 +634,9 @@ class MCMCModelOptions(ModelOptions):
     """Hidden widths of the mlp, e.g. 16 16."""
     dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
     init_from: Suppress[Optional[Path]] = None  # NUTS samples the weights; it starts from the seeded initial values
-    lora_rank: Suppress[int] = 8  # pretrained networks are fine-tuned with `pyrobnn train`
-    lora_alpha: Suppress[float] = 16.0
-    lora_targets: Suppress[tuple[str, ...]] = ("query", "value")
+    lora_rank: Suppress[int] = _default(LoRA, "r")  # pretrained networks are fine-tuned with `pyrobnn train`
+    lora_alpha: Suppress[float] = _default(LoRA, "alpha")
+    lora_targets: Suppress[tuple[str, ...]] = _default(LoRA, "targets")
 
 
 @dataclass

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -22,6 +23,11 @@ MAX_WEIGHTS = 5_000
 """The most Bayesian weights NUTS samples: the dimension of the space it explores."""
 
 
+def _sampler(name: str):
+    """The sampler's own setting ``name``, as :func:`~pyrobnn.infer.mcmc.sample_posterior` states it (once)."""
+    return inspect.signature(sample_posterior).parameters[name].default
+
+
 @dataclass(frozen=True)
 class NUTS(Method):
     """The No-U-Turn sampler on the model's log joint: ``num_chains`` chains of ``warmup`` adaptation steps (step
@@ -32,11 +38,11 @@ class NUTS(Method):
     num_samples: int = 500
     warmup: int = 500
     num_chains: int = 2
-    target_accept: float = 0.8
-    max_tree_depth: int = 10
-    init_jitter: float = 0.01
-    map_steps: int = 0
-    sampler: str = "auto"
+    target_accept: float = _sampler("target_accept")
+    max_tree_depth: int = _sampler("max_tree_depth")
+    init_jitter: float = _sampler("init_jitter")
+    map_steps: int = _sampler("map_steps")
+    sampler: str = _sampler("sampler")
 
     command: ClassVar[str] = "mcmc"
 

@@ -16,11 +16,9 @@ from pyrobnn.infer.iterates import Recorded
 from pyrobnn.infer.laplace import fit_laplace
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.schedules import Constant
-from pyrobnn.infer.sgmcmc import SGMCMC as Sampler
-from pyrobnn.infer.sgmcmc import SGMCMC_SAMPLERS, SGMCMCResult, fit_sgmcmc, sampler_options
+from pyrobnn.infer.sgmcmc import SGMCMC_SAMPLERS, SGMCMCOptimizer, SGMCMCResult, fit_sgmcmc, sampler_options
 from pyrobnn.infer.svi import ModelCallback, fit
-from pyrobnn.infer.swag import SWAG as SWAGCollector
-from pyrobnn.infer.swag import SWAGResult, check_collection, check_rank, fit_swag, replicas, swa_schedule
+from pyrobnn.infer.swag import SWAGCollector, SWAGResult, check_collection, check_rank, fit_swag, replicas, swa_schedule
 from pyrobnn.methods.base import Method, needs_point_estimates
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
 from pyrobnn.methods.rules import noise_factor, swag_start
@@ -239,12 +237,12 @@ class SGMCMC(Method):
                 raise ValueError(f"{{chains}} {self.chains} run as one stacked network, which takes no {{validation}}: "
                                  "run one chain")
 
-    def sampler_of(self, epochs: int, steps_per_epoch: int, lr: Optional[float] = None) -> Sampler:
+    def sampler_of(self, epochs: int, steps_per_epoch: int, lr: Optional[float] = None) -> SGMCMCOptimizer:
         """The sampler (an optimizer factory) of a run of ``epochs`` of ``steps_per_epoch`` steps, at ``lr`` (default
         the method's); a ``ValueError`` naming the sampler's settings when it would keep no draw."""
         try:
-            return Sampler(self.learning_rate if lr is None else lr, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                           **self.settings())
+            return SGMCMCOptimizer(self.learning_rate if lr is None else lr, epochs=epochs,
+                                   steps_per_epoch=steps_per_epoch, **self.settings())
         except ValueError as error:
             raise ValueError(f"{{sampler}} {self.sampler}: {error}") from None
 
