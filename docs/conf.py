@@ -31,8 +31,15 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
+    "myst_parser",
     "pyrobnn_reference",
+    "pyrobnn_results",
 ]
+
+# RESULTS.md is a page of the site (guide/results.md includes it): MyST reads its Markdown, and every heading down to
+# ### gets an anchor that links can point at (pyrobnn_results.py registers each as a label).
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 3
 
 # The docstrings are plain reST (roles, :math:, field-free prose): autodoc reads them as they are.
 autodoc_member_order = "bysource"
@@ -119,6 +126,8 @@ sphinx_gallery_conf = {
     "doc_module": (),
     "backreferences_dir": None,
     "first_notebook_cell": None,
+    # no sg_execution_times page: it loads jQuery and DataTables from a CDN (each page keeps its running time)
+    "write_computation_times": False,
 }
 
 

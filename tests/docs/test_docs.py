@@ -231,3 +231,27 @@ def test_the_short_documented_commands_run_as_written(tmp_path):
         ran.append(command)
     assert "pyrobnn --version" in ran and any(command.startswith("pyrobnn train") for command in ran), ran
     assert any(command.startswith("pyrobnn evaluate") for command in ran), (ran, skipped)
+
+
+@pytest.mark.slow
+def test_the_tutorials_print_no_raw_float(site):
+    """What a tutorial prints is formatted: no float with its last bits (``0.23000000417232513``)."""
+    raw = {}
+    for script in TUTORIALS:
+        text = (site / "auto_tutorials" / f"{script.stem}.html").read_text()
+        outputs = " ".join(re.findall(r'class="sphx-glr-script-out[^"]*".*?</pre>', text, re.S))
+        found = re.findall(r"\d\.\d{7,}", html.unescape(re.sub(r"<[^>]+>", "", outputs)))
+        if found:
+            raw[script.name] = found[:5]
+    assert not raw, f"tutorials print unformatted floats: {raw}"
+
+
+@pytest.mark.slow
+def test_the_results_page_is_a_page_with_headings_in_the_navigation(site):
+    page = (site / "guide" / "results.html").read_text()
+    assert len(re.findall(r"<h2>", page)) >= 10 and "<table" in page
+    assert 'href="guide/results.html"' in (site / "index.html").read_text()
+    ids = set(re.findall(r'id="([^"]+)"', page))
+    links = re.findall(r'href="guide/results\.html#([^"]+)"', (site / "which_method.html").read_text())
+    assert len(links) >= 30, len(links)
+    assert not set(links) - ids, set(links) - ids

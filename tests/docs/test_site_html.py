@@ -82,7 +82,7 @@ def test_every_top_level_name_has_a_summary():
 
 # ----------------------------------------------------------------------------- the guide pages' sources
 
-PAGES = [ROOT / "docs" / "index.rst", *sorted((ROOT / "docs" / "guide").glob("*.rst"))]
+PAGES = [*sorted((ROOT / "docs").glob("*.rst")), *sorted((ROOT / "docs" / "guide").glob("*.rst"))]
 CODE_WIDTH = 85
 """The widest code line that fits the column of the site's theme at 1280 px, without a scroll bar."""
 
@@ -92,8 +92,8 @@ UNFOLLOWABLE = {
     "a commit hash (the results page has the commits)": re.compile(r"\b(?:[Aa]t|[Rr]erun at) [0-9a-f]{7,40}\b"),
     "a paper by its number in the project's list (cite it)": re.compile(r"\b[Pp]apers? 00\d(?!\s+on CIFAR)"),
 }
-"""What a reader of the site cannot follow; the results page itself and the contributors' layout page (which
-describes the repository's folders) excepted."""
+"""What a reader of the site cannot follow; the contributors' pages (the layout of the repository's folders, and
+how to work in it) excepted."""
 
 
 def code_blocks(page: Path) -> list[str]:
@@ -102,7 +102,10 @@ def code_blocks(page: Path) -> list[str]:
     from docutils.core import publish_doctree
 
     tree = publish_doctree(page.read_text(), settings_overrides={"report_level": 5, "halt_level": 5})
-    return [block.astext() for block in tree.findall(nodes.literal_block) if "text" not in block["classes"]]
+    # a directive docutils does not know (Sphinx's, the site's own) comes back whole as a literal block inside
+    # its error message: not code a reader sees
+    return [block.astext() for block in tree.findall(nodes.literal_block)
+            if "text" not in block["classes"] and not isinstance(block.parent, nodes.system_message)]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
@@ -111,7 +114,7 @@ def test_the_code_of_the_guides_fits_the_column(page):
     assert not wide, f"{page.name}: code lines wider than {CODE_WIDTH} characters: {wide}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in ("results.rst", "layout.rst")],
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in ("layout.rst", "contributing.rst")],
                          ids=lambda page: page.name)
 def test_the_guides_name_nothing_the_site_cannot_follow(page):
     text = page.read_text()
