@@ -44,7 +44,8 @@ from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
 from pyrobnn.model.likelihoods import LIKELIHOODS, HeteroscedasticGaussian
 from pyrobnn.model.priors import PRIORS
-from pyrobnn.networks import build_net
+from pyrobnn.networks import NetworkSpec, network_spec
+from pyrobnn.networks.hf import LoRA
 
 __all__ = ["Run", "make_prior", "make_likelihood", "beta_schedule", "optimizer_of", "settings_of", "method_of",
            "build", "build_network", "network_of", "load_pretrained", "check_run", "check_batches", "check_mcmc",
@@ -131,21 +132,23 @@ def beta_schedule(cfg: RunConfig):
 @dataclass(frozen=True)
 class Run:
     """A ``pyrobnn train`` run, parsed once: its options (:class:`~pyrobnn.cli.options.RunConfig`, what its
-    checkpoint stores: the data, network and output specs among them) and the method it trains, built from them once
-    (:func:`method_of`). Everything the run does reads the method here."""
+    checkpoint stores: the data and output specs among them), the method it trains, built from them once
+    (:func:`method_of`), and the network it builds (:class:`~pyrobnn.networks.NetworkSpec`, resolved once:
+    :func:`network_spec_of`). Everything the run does reads them here."""
 
     config: RunConfig
     method: Method
+    network: NetworkSpec
 
     @classmethod
     def of(cls, cfg: RunConfig) -> "Run":
         """The run of ``cfg`` (a stored configuration: its options checked when it was trained), its method built
-        once; a new run's options are checked by :func:`check_run`, which returns its run."""
-        return cls(cfg, method_of(cfg))
+        and its network resolved once; a new run's options are checked by :func:`check_run`, which returns its run."""
+        return cls(cfg, method_of(cfg), network_spec_of(cfg))
 
     def build(self, data) -> tuple:
         """The model and guide of the run for ``data`` (:func:`build`), weights drawn from torch's global RNG."""
-        return build(self.config, data, self.method)
+        return build(self.config, data, self.method, self.network)
 
     def check_rows(self, rows: int) -> None:
         """The method's rules on the run's training rows (a mixture's batches, SG-MCMC's draws; with ``--grid`` on
@@ -185,7 +188,8 @@ def _selection(cfg, net):
     return [pattern.strip() for pattern in cfg.model.bayesian.split(",") if pattern.strip()]
 
 
-def build(cfg: RunConfig, data, method: Optional[Method] = None) -> tuple[BayesianNetwork, object]:
+def build(cfg: RunConfig, data, method: Optional[Method] = None,
+          network: Optional[NetworkSpec] = None) -> tuple[BayesianNetwork, object]:
     """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`): the network with the method's
     prior and guide (:meth:`~pyrobnn.methods.Method.build`; ``method``: the run's, :func:`method_of`).
 
@@ -193,7 +197,7 @@ def build(cfg: RunConfig, data, method: Optional[Method] = None) -> tuple[Bayesi
     for a reproducible initialisation.
     """
     method = method_of(cfg) if method is None else method  # a run passes its own (Run.build)
-    net, likelihood = network_of(cfg, data, method)
+    net, likelihood = network_of(cfg, data, method, network)
     return method.build(net, likelihood=likelihood, num_data=len(data.x_train), **_selected_sites(cfg, net, data))
 
 
@@ -240,15 +244,16 @@ def _selected_sites(cfg, net, data) -> dict:
                 input_shape=data.input_shape)
 
 
-def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
+def network_of(cfg, data, method: Optional[Method] = None, network: Optional[NetworkSpec] = None) -> tuple:
     """``(network, likelihood)`` of a run for a dataset: the likelihood of ``--likelihood`` (checked against the
-    task) and the network of ``--model`` with as many outputs as it needs (``--init-from``: its pre-trained
-    weights); weights drawn from torch's global RNG."""
+    task) and the network of ``--model`` (``network``: its spec, :func:`network_spec_of`) with as many outputs as it
+    needs (``--init-from``: its pre-trained weights); weights drawn from torch's global RNG."""
     likelihood = make_likelihood(cfg, data.task, method)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
+    network = network_spec_of(cfg) if network is None else network
     try:
-        net = build_net(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
-                        width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None), lora=lora_of(cfg))
+        net = network.build(data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
+                            width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
     except ValueError as error:
         raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if cfg.model.init_from is not None:
@@ -256,43 +261,52 @@ def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
     return net, likelihood
 
 
-def lora_of(cfg):
-    """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
-    another network; a ``ValueError`` naming the option set for a network without them."""
+def network_spec_of(cfg) -> NetworkSpec:
+    """The network ``--model`` names (:func:`~pyrobnn.networks.network_spec`, the one place a name is parsed), with
+    the LoRA adapters of ``--lora-rank``, ``--lora-alpha`` and ``--lora-targets`` for a source that takes them; a
+    ``ValueError`` naming the option set for a network without them."""
     model = cfg.model
-    from pyrobnn.networks.hf import LoRA
-
-    default = LoRA()
-    given = {"--lora-rank": (model.lora_rank, default.r), "--lora-alpha": (model.lora_alpha, default.alpha),
-             "--lora-targets": (tuple(model.lora_targets), default.targets)}
-    if not model.name.lower().startswith("hf:"):
-        changed = [flag for flag, (value, base) in given.items() if value != base]
+    try:
+        network = network_spec(model.name)
+    except ValueError as error:
+        raise ValueError(f"--model {model.name}: {error}") from None
+    given = {"--lora-rank": model.lora_rank, "--lora-alpha": model.lora_alpha,
+             "--lora-targets": tuple(model.lora_targets)}
+    if not network.source.takes_lora:
+        changed = [flag for flag, value in given.items() if value != _LORA_DEFAULTS[flag]]
         if changed:
             raise ValueError(f"{changed[0]} sets the LoRA adapters of a pretrained network (--model hf:NAME), not of "
                              f"--model {model.name}")
-        return None
+        return network
     try:
-        return LoRA(r=model.lora_rank, alpha=model.lora_alpha, targets=tuple(model.lora_targets))
+        return dataclasses.replace(network, lora=LoRA(r=model.lora_rank, alpha=model.lora_alpha,
+                                                      targets=tuple(model.lora_targets)))
     except ValueError as error:
         raise ValueError(f"--lora-rank/--lora-alpha/--lora-targets: {error}") from None
 
 
-def check_pretrained(cfg) -> None:
-    """A pretrained network's source before anything is written: the ``hf:`` name or folder (its weights there,
-    their hash), the LoRA options (:func:`lora_of`), and a text dataset for it. Raises ``ValueError``
-    (``ImportError`` naming the extra) naming the option."""
-    lora = lora_of(cfg)
-    name = cfg.model.name
-    if not name.lower().startswith("hf:"):
-        return
-    from pyrobnn.networks.hf import check_lora
+_LORA_DEFAULTS = {"--lora-rank": LoRA().r, "--lora-alpha": LoRA().alpha, "--lora-targets": LoRA().targets}
 
+
+def lora_of(cfg):
+    """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
+    another network (:func:`network_spec_of`)."""
+    return network_spec_of(cfg).lora
+
+
+def check_pretrained(cfg) -> None:
+    """A pretrained network's source before anything is written: its name or folder (its weights there, their
+    hash), the LoRA options (:meth:`~pyrobnn.networks.NetworkSpec.check`), and a text dataset for it. Raises
+    ``ValueError`` (``ImportError`` naming the extra) naming the option."""
+    network = network_spec_of(cfg)
+    if not network.pretrained:
+        return
     try:
-        check_lora(name[3:], lora)
+        network.check()
     except ValueError as error:
-        raise ValueError(f"--model {name}: {error}") from None
+        raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if canonical_name(cfg.data.dataset) not in TEXT_DATASETS:
-        raise ValueError(f"--model {name} reads text: use a text dataset ({', '.join(TEXT_DATASETS)}), got "
+        raise ValueError(f"--model {cfg.model.name} reads text: use a text dataset ({', '.join(TEXT_DATASETS)}), got "
                          f"--dataset {cfg.data.dataset}")
 
 

@@ -19,7 +19,7 @@ from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliabi
 from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import one_line, positive
-from pyrobnn.cli.build import Run, build_network, dataset_options, method_of
+from pyrobnn.cli.build import Run, build_network, dataset_options, method_of, network_spec_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, say, shown
 from pyrobnn.data import canonical_name, load_dataset
@@ -71,12 +71,11 @@ def load_data(cfg, validation: bool = False):
 
 def text_options(cfg) -> dict:
     """What a text dataset's loader takes from the run: ``--data.max-length`` and, for a pretrained network
-    (``--model hf:...``), its own tokenizer (:func:`pyrobnn.networks.hf.load_tokenizer`)."""
+    (``--model hf:...``), its own tokenizer (:meth:`~pyrobnn.networks.NetworkSpec.tokenizer`)."""
     options = {} if getattr(cfg.data, "max_length", None) is None else {"max_length": cfg.data.max_length}
-    if cfg.model.name.lower().startswith("hf:"):
-        from pyrobnn.networks.hf import load_tokenizer
-
-        options["tokenizer"] = load_tokenizer(cfg.model.name[3:])
+    tokenizer = network_spec_of(cfg).tokenizer()
+    if tokenizer is not None:
+        options["tokenizer"] = tokenizer
     return options
 
 
