@@ -31,8 +31,8 @@ from pyrobnn.guides import GUIDES
 from pyrobnn.infer.optim import FlatThenLinear, GuideRateOptim, Optim, StepDecay
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.methods import (
-    IVON,
     METHOD_NAMES,
+    METHODS,
     SGMCMC,
     SWAG,
     Ensemble,
@@ -53,10 +53,17 @@ RECORDING_COMMANDS = ("train",)
 """Commands whose configuration records the method it was expanded from (``RunConfig.method``); for the others
 (``mcmc``) :func:`expand_method` drops ``--method NAME`` after inserting its arguments."""
 
-KINDS: dict[type, str] = {SWAG: "swag", SGMCMC: "sgmcmc", IVON: "ivon"}
-"""The method classes whose own fields have options of their own -> the prefix of those options (``--swag.rank``,
-``--sgmcmc.friction``, ``--ivon.ess``); the options of one kind reach only its methods (a study's base may hold them
-for some of its cells)."""
+def _kinds() -> dict[type, str]:
+    prefixes = {flag[2:].split(".", 1)[0] for flag in RunConfig().flags() if "." in flag}
+    classes = dict.fromkeys(type(method) for method in METHODS.values())
+    return {cls: cls.__name__.lower() for cls in classes if cls.__name__.lower() in prefixes}
+
+
+KINDS: dict[type, str] = _kinds()
+"""The method classes of the registry whose own fields have options of their own, named by the class
+(``--swag.rank``, ``--sgmcmc.friction``, ``--ivon.ess``) -> that prefix; the options of one kind reach only its
+methods (a study's base may hold them for some of its cells). A new method's options are its own fields under its
+name (``cli/options.py``'s ``MethodOptions``)."""
 
 RENAMED = {"swa_lr": "--swag.lr"}
 """A method's field -> its option, where the option is not ``--<field>`` or ``--<kind>.<field>``."""
@@ -365,16 +372,9 @@ def _refuse_other_kinds(method: Method, flags: dict) -> None:
             continue
         changed = [flag for flag, value in flags.items() if flag.startswith(f"--{prefix}.") and value != defaults[flag]]
         if changed:
-            names = [name for name, m in _REGISTRY_KINDS() if issubclass(m, cls)]
+            names = [name for name, m in METHODS.items() if isinstance(m, cls)]
             raise ValueError(f"{changed[0]} sets {cls.__name__}'s {changed[0].split('.', 1)[1]}: it applies to "
                              f"--method {' or '.join(names)}")
-
-
-@functools.lru_cache(maxsize=None)
-def _REGISTRY_KINDS() -> tuple:
-    from pyrobnn.methods import METHODS
-
-    return tuple((name, type(method)) for name, method in METHODS.items())
 
 
 def _refuse_an_optimizer(method: Method, cfg, flags: dict) -> None:

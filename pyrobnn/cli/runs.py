@@ -338,7 +338,8 @@ def load_run(checkpoint: Path, data_root: Optional[Path], device: str, test_size
     else:
         model, guide = run.build(data)
     try:
-        posterior = load_posterior(checkpoint, model, guide)
+        posterior = load_posterior(checkpoint, model, guide,
+                                   posterior=None if isinstance(run, MCMCConfig) else run.method.posterior)
     except ValueError as error:
         raise ValueError(f"checkpoint {checkpoint} does not fit the model and guide built from its configuration: "
                          f"{one_line(error)[:300]}") from None

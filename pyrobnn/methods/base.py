@@ -286,6 +286,14 @@ class Method(ABC):
         return self.train(model, guide, x, y, epochs=epochs, seed=seed, progress=progress,
                           make_member=lambda m: self.build(source(m), **options), **run)
 
+    def posterior(self, model, guide, history=None) -> Posterior:
+        """The posterior of a trained ``model`` and ``guide`` (a training checkpoint's, read back:
+        :func:`~pyrobnn.methods.load_posterior`'s ``posterior``): a
+        :class:`~pyrobnn.methods.posterior.VariationalPosterior` of the method's predictive samples (by moments under
+        VDP++); a method with a predictive of its own returns its own."""
+        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
+                                    **({} if history is None else {"history": history}))
+
     # ------------------------------------------------------------------------------------------------ stacked
 
     @property
@@ -344,7 +352,7 @@ class Method(ABC):
         """The posterior of the stacked pairs ``rows`` after :meth:`train_stacked` (``collected``:
         :meth:`collector`'s)."""
         model, guide = pairs[rows[0]]
-        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp")
+        return self.posterior(model, guide)
 
     def rate_factor(self, model, epochs: int) -> float:
         """What the method's per-example rate is multiplied by on ``model`` (its rate per unit noise:
@@ -449,6 +457,5 @@ class Variational(Method):
         self.check(model, epochs=epochs, rows=x.shape[0], **run)
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
                       **run)
-        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
-                                    history=history)
+        return self.posterior(model, guide, history)
 

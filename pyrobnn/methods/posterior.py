@@ -24,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import pyro
 import torch
@@ -58,8 +58,18 @@ class Posterior(ABC):
     history: object
 
     kind: str = ""
-    """The kind of posterior (``variational``, or the kind of its draws: ``ensemble``, ``laplace``, ``swag``,
-    ``sgmcmc``, ``mcmc``)."""
+    """The kind of posterior (``variational``, a method's own, or the kind of its draws: ``ensemble``, ``laplace``,
+    ``swag``, ``sgmcmc``, ``mcmc``)."""
+
+    KINDS: ClassVar[dict[str, type]] = {}
+    """The kinds of posterior files that a class of its own reads back (:func:`load_posterior`): each subclass that
+    names its :attr:`kind` (``variational``; a method's own predictive, SNGP's); the draws kinds are
+    :class:`~pyrobnn.infer.draws.Draws`'."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("kind"), str) and cls.__dict__["kind"]:
+            Posterior.KINDS[cls.kind] = cls
 
     moments: bool = False
     """Whether the predictive propagates moments (VDP++) rather than averaging samples."""
@@ -142,8 +152,8 @@ class VariationalPosterior(Posterior):
 
     def save(self, path: str | Path, **metadata) -> None:
         """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, the method's report
-        and ``metadata``."""
-        save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(), "epoch": None,
+        and ``metadata``, under its :attr:`kind`."""
+        save_checkpoint(path, {"kind": self.kind, "model": self.model.state_dict(), "epoch": None,
                                "guide": self.guide.state_dict(), "report": self.report, "moments": self.moments,
                                **metadata})
 
@@ -187,17 +197,23 @@ class EmpiricalPosterior(Posterior):
 
 
 def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,
-                   num_samples: Optional[int] = None) -> Posterior:
+                   num_samples: Optional[int] = None, posterior=None) -> Posterior:
     """The posterior saved at ``path`` (by :meth:`Posterior.save`, ``pyrobnn train`` or ``pyrobnn mcmc``), in
-    ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else a
-    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. A file that does not fit is one
-    ``ValueError`` naming it."""
+    ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else the posterior
+    of its kind (:attr:`Posterior.KINDS`: a :class:`VariationalPosterior`, a method's own) of ``guide`` (built
+    alike), whose states it loads; a training checkpoint (no kind) is ``posterior(model, guide)``'s (the method's:
+    :meth:`~pyrobnn.methods.Method.posterior`; default a :class:`VariationalPosterior`). A file that does not fit is
+    one ``ValueError`` naming it."""
     state = load_checkpoint(path)
     kind = state.get("kind")
-    if kind is not None and kind != VARIATIONAL_KIND:
+    if kind in Draws.KINDS:
         return EmpiricalPosterior(Draws.load(path, model, state), num_samples, report=dict(state.get(kind) or {}))
+    cls = Posterior.KINDS.get(kind or VARIATIONAL_KIND)
+    if cls is None:
+        raise ValueError(f"{path} holds a posterior of kind {kind!r}, which no posterior of this pyrobnn reads "
+                         f"(known: {', '.join([*Posterior.KINDS, *Draws.KINDS])})")
     if guide is None:
-        raise ValueError(f"{path} holds a variational posterior: pass the guide, built as the trained one "
+        raise ValueError(f"{path} holds a {cls.__name__}: pass the guide, built as the trained one "
                          "(load_posterior(path, model, guide))")
     try:
         model.load_state_dict(state["model"])
@@ -205,5 +221,10 @@ def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module
     except (RuntimeError, KeyError, ValueError, TypeError) as error:
         raise ValueError(f"{path} does not fit the model and guide (another network or sizes?): "
                          f"{one_line(error)[:300]}") from None
-    return VariationalPosterior(model, guide, **({} if num_samples is None else {"num_samples": num_samples}),
-                                moments=bool(state.get("moments", False)), report=dict(state.get("report") or {}))
+    if kind is None and posterior is not None:  # a training checkpoint: the method's posterior of its states
+        loaded = posterior(model, guide)
+        if num_samples is not None:
+            loaded.num_samples = num_samples
+        return loaded
+    return cls(model, guide, **({} if num_samples is None else {"num_samples": num_samples}),
+               moments=bool(state.get("moments", False)), report=dict(state.get("report") or {}))
