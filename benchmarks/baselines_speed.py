@@ -42,8 +42,9 @@ import torch
 from pyrobnn import BayesianNetwork, PointGuide, fit
 from pyrobnn.device import resolve_device
 from pyrobnn.infer.optim import Optim
-from pyrobnn.infer.sgmcmc import SGMCMC
-from pyrobnn.infer.swag import SWAG
+from pyrobnn.infer.sgmcmc import SGMCMCOptimizer
+from pyrobnn.infer.swag import SWAGCollector
+from pyrobnn.methods import METHODS
 from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.networks import MLP
 
@@ -81,9 +82,11 @@ def optimizer(name: str, problem: str, epochs: int):
     if name == "map_adam":
         return Optim("adam", LR[name])
     if name == "swag":
-        return SWAG(start=0, rank=20, steps_per_epoch=steps, optimizer=Optim("sgd", LR[name]))
+        return SWAGCollector(start=0, rank=METHODS["swag"].rank, steps_per_epoch=steps,
+                             optimizer=Optim("sgd", LR[name]))
     friction = 1.0 if name == "sgld" else 0.1
-    return SGMCMC(LR[name], friction=friction, exploration=0.0, epochs=epochs, steps_per_epoch=steps)
+    return SGMCMCOptimizer(LR[name], friction=friction, temperature=1.0, cycles=0, exploration=0.0, epochs=epochs,
+                           steps_per_epoch=steps)
 
 
 def epoch_seconds(problem: str, name: str, epochs: int, device) -> list[float]:

@@ -21,7 +21,7 @@ from typing import Mapping, Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from pyrobnn.cli.runs import restore
+from pyrobnn.cli.runs import load_run
 from pyrobnn.studies import load_study, run_study, write_report
 from pyrobnn.studies.cache import read_json
 
@@ -51,8 +51,8 @@ class MethodCell:
 
     def restore(self, device: str = "auto"):
         """``(config, data, model, guide)`` of the cell, the model and guide with their trained values."""
-        _, cfg, data, model, guide = restore(self.directory / "checkpoint.pt", None, device)
-        return cfg, data, model, guide
+        _, run, data, posterior = load_run(self.directory / "checkpoint.pt", None, device)
+        return run.config, data, posterior.model, posterior.guide
 
 
 class _WithoutTables(Console):

@@ -31,3 +31,28 @@ def error_line(capsys) -> str:
 
 MOONS = ["--dataset", "two-moons", "--train-size", 100, "--test-size", 100, "--hidden", 8, "--batch-size", 50,
          "--num-samples", 5, "--no-progress"]
+
+
+def nuts(**options) -> dict:
+    """The keyword arguments of :func:`~pyrobnn.infer.mcmc.sample_posterior`: the sampler's settings of
+    ``METHODS["nuts"]`` (the one statement of them), with ``options`` (any of its arguments) over them."""
+    from pyrobnn.methods import METHODS
+
+    method = METHODS["nuts"]
+    settings = ("num_samples", "warmup", "num_chains", "init_jitter", "target_accept", "max_tree_depth", "sampler",
+                "map_steps")
+    return {**{name: getattr(method, name) for name in settings}, **options}
+
+
+def _adapter_methods() -> frozenset[str]:
+    from pyrobnn.methods import METHODS
+    from pyrobnn.methods.lora import LaplaceLoRA
+
+    return frozenset(name for name, method in METHODS.items()
+                     if method.sites is not None or isinstance(method, LaplaceLoRA))
+
+
+ADAPTER_METHODS = _adapter_methods()
+"""The registry's methods of a pretrained network's LoRA adapters (BLoB's Gaussian on the A matrices, Laplace-LoRA's
+approximation of the adapters), which a small network built here does not have: tests/networks/ and
+tests/methods/test_lora.py run them."""

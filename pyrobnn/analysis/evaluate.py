@@ -12,7 +12,7 @@ from pyrobnn.checks import positive_int
 from pyrobnn.infer.predict import PROTOTYPE_ROWS
 from pyrobnn.model.protocol import network_model
 
-__all__ = ["evaluate", "monte_carlo_error", "Validation"]
+__all__ = ["evaluate", "scores", "monte_carlo_error", "Validation"]
 
 
 @torch.no_grad()  # metrics only: a learned noise scale would otherwise build a graph through them
@@ -70,8 +70,17 @@ def evaluate(model, guide, x: torch.Tensor, y: torch.Tensor, num_samples: int = 
     model = network_model(model, x[:PROTOTYPE_ROWS])
     pred, mixture = predicted(model, guide, x, num_samples, batch_size, mc_dropout, vectorized, moments, max_memory,
                               progress)
+    return scores(model.task, pred, mixture, y, target_scale, calibration, mc_error)
+
+
+@torch.no_grad()
+def scores(task: str, pred: dict, mixture, y: torch.Tensor, target_scale=None, calibration=None,
+           mc_error: bool = False) -> dict[str, float]:
+    """:func:`evaluate`'s metrics of a predictive already computed on the inputs of ``y``: its summaries ``pred`` and
+    its :class:`~pyrobnn.analysis.calibration.Mixture` (:func:`~pyrobnn.analysis.calibration.predicted`, or a
+    posterior's own: :meth:`pyrobnn.methods.Posterior.predicted`), for a model of ``task``."""
     y = mixture.targets(y)
-    if model.task == "classification":
+    if task == "classification":
         metrics = classification_metrics(pred["probs"], y)
     else:
         if target_scale is not None:

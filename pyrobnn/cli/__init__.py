@@ -26,6 +26,7 @@ import contextlib
 import io
 import re
 import sys
+import warnings
 from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 import tyro
@@ -34,13 +35,14 @@ from pyrobnn._version import __version__
 from pyrobnn.checks import one_line
 from pyrobnn.cli.evaluate import Evaluate, evaluate
 from pyrobnn.cli.mcmc import SamplingFailed, mcmc
-from pyrobnn.cli.methods import expand_method
+from pyrobnn.cli.methods import expand_method, spelled
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.prune import Prune, prune
-from pyrobnn.cli.report import error_line, one_line_warnings
+from pyrobnn.cli.report import error_line, one_line_warnings, warn
 from pyrobnn.cli.train import train
 from pyrobnn.infer.recording import ExecutorFailed
 from pyrobnn.infer.svi import TrainingDiverged
+from pyrobnn.methods import Refused
 from pyrobnn.networks.hf import PretrainedLoadWarning
 
 __all__ = ["main", "train", "evaluate", "prune", "mcmc", "Evaluate", "Prune", "Command", "COMMANDS", "parse_config",
@@ -116,6 +118,19 @@ def tyro_parse(parse: Callable[[], T]) -> T:
     return args
 
 
+def _expanded(argv: list[str]) -> list[str]:
+    """:func:`~pyrobnn.cli.methods.expand_method` of ``argv``, a deprecated option it meets (a former selector flag)
+    said as one ``warning:`` line (a ``DeprecationWarning`` too, for Python callers that turn them into errors)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        argv = expand_method(argv)
+    for warning in caught:
+        if issubclass(warning.category, DeprecationWarning):
+            warn(str(warning.message))
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return argv
+
+
 def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]] = None) -> None:
     """Run one of ``commands`` on ``argv``: :data:`COMMANDS` by default; the ``pyrobnn`` console script and
     ``python -m pyrobnn`` (:func:`pyrobnn.__main__.main`) pass them all, ``study`` included."""
@@ -130,7 +145,7 @@ def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]
         if own is not None and own.parse is not None:  # a command that reads its own arguments
             args, run = own.parse(argv[1:]), own.run
         else:
-            args = _parse(expand_method(argv), commands)  # --method NAME: its preset's options before the user's
+            args = _parse(_expanded(argv), commands)  # --method NAME: its preset's options before the user's
             run = next(command.run for command in commands.values() if isinstance(args, command.options))
         with one_line_warnings((PretrainedLoadWarning,)):
             run(args)
@@ -140,6 +155,9 @@ def main(argv: Optional[list[str]] = None, commands: Optional[dict[str, Command]
     except SamplingFailed as error:
         error_line(f"NUTS failed: {error}")
         raise SystemExit(1) from None
+    except Refused as refusal:  # what a method refuses, in the command's options
+        error_line(spelled(refusal, argv[0] if argv[0] in ("train", "mcmc") else "train"))
+        raise SystemExit(2) from None
     except ExecutorFailed as error:  # an explicit --compile that cannot run this model: before anything is written
         error_line(re.sub(r"compile='(\w+)'", r"--compile \1", one_line(error)))
         raise SystemExit(2) from None

@@ -1,21 +1,22 @@
-"""Names to objects: the prior, likelihood, β schedule, optimiser, network, model and guide a run names, and
-the checks of a run's options that need them (before anything is loaded or written)."""
+"""Names to objects: the prior, likelihood, β schedule, optimiser, network, model and guide a run names, the run
+parsed once (:class:`Run`: its options and the method built from them), and the checks of a run's options that need
+them (before anything is loaded or written). What a method requires is the method's (:mod:`pyrobnn.methods`): the
+checks here report it in the command's options (:func:`~pyrobnn.cli.methods.spelled`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
-import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from pyrobnn.checkpoint import load_checkpoint
-from pyrobnn.checks import in_range, multiples_near, nonnegative, nonnegative_int, one_line, positive, positive_int
-from pyrobnn.cli.methods import GUIDE_ARGUMENTS, SCHEDULE_ARGUMENTS, resolve_method, run_method
-from pyrobnn.cli.noise import check_noise, noise_options
+from pyrobnn.checks import in_range, nonnegative_int, one_line, positive, positive_int
+from pyrobnn.cli.methods import GUIDE_ARGUMENTS, SCHEDULE_ARGUMENTS, run_method, spelled
 from pyrobnn.cli.options import (
     MCMC_MODELS,
     PROTOCOL,
@@ -30,31 +31,25 @@ from pyrobnn.cli.options import (
     grid_entry,
     mcmc_dataset,
     noise_precision,
-    site_rates,
 )
 from pyrobnn.data import TEXT_DATASETS, Columns, canonical_name, check_dataset, uci_protocol
 from pyrobnn.data.splits import DEFAULT_FOLDS, holdout_size
 from pyrobnn.data.tables import table_source
 from pyrobnn.guides import GUIDES
-from pyrobnn.handlers import ESTIMATORS
-from pyrobnn.handlers.node_draws import check_components
-from pyrobnn.infer.mcmc import MAX_FULL_BATCH, check_prior
 from pyrobnn.infer.optim import FlatThenLinear, GuideRateOptim, Optim, StepDecay
-from pyrobnn.infer.schedules import SCHEDULES, Constant
-from pyrobnn.infer.sgmcmc import SGMCMC
-from pyrobnn.infer.swag import check_collection
-from pyrobnn.methods import Method
-from pyrobnn.methods.rules import learning_rate
+from pyrobnn.infer.schedules import SCHEDULES
+from pyrobnn.methods import METHODS, Method, Refused
+from pyrobnn.methods.rules import learning_rate, regression_noise
 from pyrobnn.model import BayesianNetwork
 from pyrobnn.model.conversion import last_layer
 from pyrobnn.model.likelihoods import LIKELIHOODS, HeteroscedasticGaussian
 from pyrobnn.model.priors import PRIORS
-from pyrobnn.networks import build_net
+from pyrobnn.networks import NetworkSpec, network_spec
+from pyrobnn.networks.hf import LoRA
 
-__all__ = ["make_prior", "make_likelihood", "beta_schedule", "optimizer_of", "settings_of", "method_of", "build",
-           "build_network", "network_of", "load_pretrained", "check_run", "check_batches", "check_posterior",
-           "check_mcmc", "check_calibration", "noise_grid", "dataset_options", "check_data", "check_swag",
-           "check_sgmcmc", "sampler"]
+__all__ = ["Run", "make_prior", "make_likelihood", "beta_schedule", "optimizer_of", "settings_of", "method_of",
+           "build", "build_network", "network_of", "load_pretrained", "check_run", "check_batches", "check_mcmc",
+           "check_calibration", "noise_grid", "dataset_options", "check_data", "nuts_of"]
 
 
 def _construct(kind: str, registry: dict, name: str, options, *args, renamed: Optional[dict] = None):
@@ -93,19 +88,25 @@ def make_prior(cfg):
 
 
 def make_likelihood(cfg, task: Optional[str], method: Optional[Method] = None):
-    """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task
-    (``None``: not checked); a Gaussian's unset noise is :func:`~pyrobnn.cli.noise.noise_options`' for ``method``
-    (default the run's, :func:`method_of`)."""
+    """The likelihood named by ``--likelihood`` (``auto``: by ``task``), checked against the task (``None``: not
+    checked); a Gaussian's noise follows ``method``'s rule where the options leave it unset
+    (:func:`~pyrobnn.methods.rules.regression_noise`; ``method`` None: a plain variational fit's)."""
     name = cfg.likelihood.name
     if name == "auto":
         name = "categorical" if task == "classification" else "gaussian"
     if task is not None and (name == "categorical") != (task == "classification"):
         raise ValueError(f"--likelihood {name} needs a {'classification' if name == 'categorical' else 'regression'} "
                          f"dataset; {cfg.data.dataset} is {task}")
-    options = cfg.likelihood
-    if name == "gaussian" and options.scale is None:
-        options = noise_options(options, method_of(cfg) if method is None else method)
-    return _construct("likelihood", LIKELIHOODS, name, options)
+    if name != "gaussian":
+        return _construct("likelihood", LIKELIHOODS, name, cfg.likelihood)
+    _construct("likelihood", LIKELIHOODS, name, dataclasses.replace(cfg.likelihood, scale=1.0))  # its options
+    method = METHODS["map"] if method is None else method
+    try:
+        return regression_noise(method, cfg.likelihood.scale, cfg.likelihood.learn_scale)
+    except Refused as refusal:
+        raise ValueError(spelled(refusal)) from None
+    except ValueError as error:
+        raise ValueError(spelled(Refused(method, str(error)))) from None
 
 
 def _schedule(cfg: RunConfig):
@@ -128,6 +129,39 @@ def beta_schedule(cfg: RunConfig):
     return method_of(cfg).schedule(cfg.optim.epochs)
 
 
+@dataclass(frozen=True)
+class Run:
+    """A ``pyrobnn train`` run, parsed once: its options (:class:`~pyrobnn.cli.options.RunConfig`, what its
+    checkpoint stores: the data and output specs among them), the method it trains, built from them once
+    (:func:`method_of`), and the network it builds (:class:`~pyrobnn.networks.NetworkSpec`, resolved once:
+    :func:`network_spec_of`). Everything the run does reads them here."""
+
+    config: RunConfig
+    method: Method
+    network: NetworkSpec
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> "Run":
+        """The run of ``cfg`` (a stored configuration: its options checked when it was trained), its method built
+        and its network resolved once; a new run's options are checked by :func:`check_run`, which returns its run."""
+        return cls(cfg, method_of(cfg), network_spec_of(cfg))
+
+    def build(self, data) -> tuple:
+        """The model and guide of the run for ``data`` (:func:`build`), weights drawn from torch's global RNG."""
+        return build(self.config, data, self.method, self.network)
+
+    def check_rows(self, rows: int) -> None:
+        """The method's rules on the run's training rows (a mixture's batches, SG-MCMC's draws; with ``--grid`` on
+        the 80 % its points train on too), before any training: a ``ValueError`` naming the options."""
+        cfg = self.config
+        for n in [rows] + ([holdout_size(rows)] if cfg.optim.grid else []):
+            try:
+                self.method.check(epochs=cfg.optim.epochs, rows=n)
+            except Refused as refusal:
+                where = f"the --grid points' {n} training examples: " if n != rows else ""
+                raise ValueError(where + spelled(refusal)) from None
+
+
 def settings_of(cfg: RunConfig) -> dict:
     """The settings of :class:`~pyrobnn.methods.Method` that the options build: the prior, the guide factory, the
     estimator, particles, batch size, predictive samples, β schedule (``None``: auto) and optimiser."""
@@ -140,7 +174,8 @@ def settings_of(cfg: RunConfig) -> dict:
 
 
 def method_of(cfg: RunConfig) -> Method:
-    """The method the run trains (:func:`~pyrobnn.cli.methods.run_method` of :func:`settings_of`)."""
+    """The method the run trains (:func:`~pyrobnn.cli.methods.run_method` of :func:`settings_of`), built: a run
+    builds it once (:class:`Run`, :func:`check_run`)."""
     return run_method(cfg, settings_of(cfg))
 
 
@@ -153,16 +188,35 @@ def _selection(cfg, net):
     return [pattern.strip() for pattern in cfg.model.bayesian.split(",") if pattern.strip()]
 
 
-def build(cfg: RunConfig, data, method: Optional[Method] = None) -> tuple[BayesianNetwork, object]:
+def build(cfg: RunConfig, data, method: Optional[Method] = None,
+          network: Optional[NetworkSpec] = None) -> tuple[BayesianNetwork, object]:
     """The model and guide of a run, for a dataset (:class:`~pyrobnn.data.DataSplits`): the network with the method's
     prior and guide (:meth:`~pyrobnn.methods.Method.build`; ``method``: the run's, :func:`method_of`).
 
     Weights are initialised from torch's global RNG: seed it first (``pyro.set_rng_seed``)
     for a reproducible initialisation.
     """
-    method = method_of(cfg) if method is None else method
-    net, likelihood = network_of(cfg, data, method)
+    method = method_of(cfg) if method is None else method  # a run passes its own (Run.build)
+    net, likelihood = network_of(cfg, data, method, network)
     return method.build(net, likelihood=likelihood, num_data=len(data.x_train), **_selected_sites(cfg, net, data))
+
+
+def site_rates(entries: tuple[str, ...], rate: float) -> dict[str, float]:
+    """``--guide.rates GLOB=RATE ...`` with ``--guide.rate`` as :class:`~pyrobnn.DropoutGuide`'s mapping from glob
+    patterns over site names to dropout rates: the entries in order (first match wins), then ``"*"`` at ``rate``
+    for every other site; a :class:`ValueError` naming ``--guide.rates`` for an entry that is not GLOB=RATE."""
+    rates = {}
+    for entry in entries:
+        pattern, sep, text = entry.partition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if not sep or not pattern.strip() or value is None:
+            raise ValueError(f"--guide.rates {entry!r}: write GLOB=RATE over the model's site names, e.g. "
+                             "'net.0.*=0' to keep a network's input undropped")
+        rates[pattern.strip()] = value
+    return {**rates, "*": rate} if "*" not in rates else rates
 
 
 def _guide_options(cfg):
@@ -190,15 +244,16 @@ def _selected_sites(cfg, net, data) -> dict:
                 input_shape=data.input_shape)
 
 
-def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
+def network_of(cfg, data, method: Optional[Method] = None, network: Optional[NetworkSpec] = None) -> tuple:
     """``(network, likelihood)`` of a run for a dataset: the likelihood of ``--likelihood`` (checked against the
-    task) and the network of ``--model`` with as many outputs as it needs (``--init-from``: its pre-trained
-    weights); weights drawn from torch's global RNG."""
+    task) and the network of ``--model`` (``network``: its spec, :func:`network_spec_of`) with as many outputs as it
+    needs (``--init-from``: its pre-trained weights); weights drawn from torch's global RNG."""
     likelihood = make_likelihood(cfg, data.task, method)
     outputs = data.num_outputs * (2 if isinstance(likelihood, HeteroscedasticGaussian) else 1)
+    network = network_spec_of(cfg) if network is None else network
     try:
-        net = build_net(cfg.model.name, data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
-                        width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None), lora=lora_of(cfg))
+        net = network.build(data.input_shape, outputs, hidden=cfg.model.hidden, dropout=cfg.model.dropout,
+                            width=cfg.model.width, vocab_size=getattr(data, "vocab_size", None))
     except ValueError as error:
         raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if cfg.model.init_from is not None:
@@ -206,43 +261,52 @@ def network_of(cfg, data, method: Optional[Method] = None) -> tuple:
     return net, likelihood
 
 
-def lora_of(cfg):
-    """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
-    another network; a ``ValueError`` naming the option set for a network without them."""
+def network_spec_of(cfg) -> NetworkSpec:
+    """The network ``--model`` names (:func:`~pyrobnn.networks.network_spec`, the one place a name is parsed), with
+    the LoRA adapters of ``--lora-rank``, ``--lora-alpha`` and ``--lora-targets`` for a source that takes them; a
+    ``ValueError`` naming the option set for a network without them."""
     model = cfg.model
-    from pyrobnn.networks.hf import LoRA
-
-    default = LoRA()
-    given = {"--lora-rank": (model.lora_rank, default.r), "--lora-alpha": (model.lora_alpha, default.alpha),
-             "--lora-targets": (tuple(model.lora_targets), default.targets)}
-    if not model.name.lower().startswith("hf:"):
-        changed = [flag for flag, (value, base) in given.items() if value != base]
+    try:
+        network = network_spec(model.name)
+    except ValueError as error:
+        raise ValueError(f"--model {model.name}: {error}") from None
+    given = {"--lora-rank": model.lora_rank, "--lora-alpha": model.lora_alpha,
+             "--lora-targets": tuple(model.lora_targets)}
+    if not network.source.takes_lora:
+        changed = [flag for flag, value in given.items() if value != _LORA_DEFAULTS[flag]]
         if changed:
             raise ValueError(f"{changed[0]} sets the LoRA adapters of a pretrained network (--model hf:NAME), not of "
                              f"--model {model.name}")
-        return None
+        return network
     try:
-        return LoRA(r=model.lora_rank, alpha=model.lora_alpha, targets=tuple(model.lora_targets))
+        return dataclasses.replace(network, lora=LoRA(r=model.lora_rank, alpha=model.lora_alpha,
+                                                      targets=tuple(model.lora_targets)))
     except ValueError as error:
         raise ValueError(f"--lora-rank/--lora-alpha/--lora-targets: {error}") from None
 
 
-def check_pretrained(cfg) -> None:
-    """A pretrained network's source before anything is written: the ``hf:`` name or folder (its weights there,
-    their hash), the LoRA options (:func:`lora_of`), and a text dataset for it. Raises ``ValueError``
-    (``ImportError`` naming the extra) naming the option."""
-    lora = lora_of(cfg)
-    name = cfg.model.name
-    if not name.lower().startswith("hf:"):
-        return
-    from pyrobnn.networks.hf import check_lora
+_LORA_DEFAULTS = {"--lora-rank": LoRA().r, "--lora-alpha": LoRA().alpha, "--lora-targets": LoRA().targets}
 
+
+def lora_of(cfg):
+    """The LoRA adapters of a pretrained network (``--lora-rank``, ``--lora-alpha``, ``--lora-targets``), None for
+    another network (:func:`network_spec_of`)."""
+    return network_spec_of(cfg).lora
+
+
+def check_pretrained(cfg) -> None:
+    """A pretrained network's source before anything is written: its name or folder (its weights there, their
+    hash), the LoRA options (:meth:`~pyrobnn.networks.NetworkSpec.check`), and a text dataset for it. Raises
+    ``ValueError`` (``ImportError`` naming the extra) naming the option."""
+    network = network_spec_of(cfg)
+    if not network.pretrained:
+        return
     try:
-        check_lora(name[3:], lora)
+        network.check()
     except ValueError as error:
-        raise ValueError(f"--model {name}: {error}") from None
+        raise ValueError(f"--model {cfg.model.name}: {error}") from None
     if canonical_name(cfg.data.dataset) not in TEXT_DATASETS:
-        raise ValueError(f"--model {name} reads text: use a text dataset ({', '.join(TEXT_DATASETS)}), got "
+        raise ValueError(f"--model {cfg.model.name} reads text: use a text dataset ({', '.join(TEXT_DATASETS)}), got "
                          f"--dataset {cfg.data.dataset}")
 
 
@@ -301,10 +365,12 @@ def check_data(cfg) -> None:
     check_dataset(data.dataset, data.data_root, **dataset_options(cfg))
 
 
-def check_run(cfg: RunConfig) -> None:
-    """Validate the options before anything is loaded or written: counts, the prior, likelihood and schedule
-    options, and the data (:func:`check_data`; registered dataset names are checked, a table is read; model names
-    are checked by :func:`~pyrobnn.networks.build_net`, which knows their aliases).
+def check_run(cfg: RunConfig) -> Run:
+    """Validate the options before anything is loaded or written and return the run, its method built once: counts,
+    the prior, likelihood and schedule options, the method (what it refuses of its settings and of a run of
+    ``--epochs``, :class:`~pyrobnn.methods.Refused`, named as options), the noise, and the data (:func:`check_data`;
+    registered dataset names are checked, a table is read; model names are checked by
+    :func:`~pyrobnn.networks.build_net`, which knows their aliases).
 
     Raises :class:`ValueError` naming the option.
     """
@@ -327,136 +393,28 @@ def check_run(cfg: RunConfig) -> None:
     make_prior(cfg)
     _guide_options(cfg)
     _schedule(cfg)
-    if cfg.likelihood.name != "auto":
-        make_likelihood(cfg, None)
-    if cfg.optim.estimator == "vdp" and cfg.optim.num_particles != 1:
-        raise ValueError(f"--num-particles {cfg.optim.num_particles} does not apply to --estimator vdp: VDP++ "
-                         "propagates moments deterministically, one pass without particles")
     if cfg.output.max_memory is not None:
         positive("--max-memory (GB)", cfg.output.max_memory)
-    if cfg.guide.name == "mixture-node" and cfg.output.num_samples is not None:  # as many from each component
-        k, n = positive_int("--guide.components", cfg.guide.components), cfg.output.num_samples
-        if n % k:
-            raise ValueError(f"--num-samples {n} must be a multiple of --guide.components {k} (the mixture guide's "
-                             f"predictions draw as many samples from each component): pass {multiples_near(n, k)}")
-    check_posterior(cfg)
-    check_noise(cfg, method_of(cfg))  # the method the options describe: its prior, guide, schedule, optimiser
+    run = Run.of(cfg)
+    try:
+        run.method.check(epochs=cfg.optim.epochs, transform=True if cfg.data.augment else None,
+                         validation=bool(cfg.data.val_size))
+    except Refused as refusal:
+        raise ValueError(spelled(refusal)) from None
+    if cfg.likelihood.name != "auto":
+        make_likelihood(cfg, None, run.method)
+    if cfg.likelihood.learn_scale:  # a regression's noise the method cannot learn: refused before the data is read
+        make_likelihood(dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood, name="gaussian")),
+                        None, run.method)
     check_calibration(cfg)
     check_data(cfg)
     check_pretrained(cfg)
+    return run
 
 
 def check_batches(cfg: RunConfig, num_examples: int) -> None:
-    """Before any training: the batches of a mixture-node guide split evenly among its components on the
-    ``num_examples`` training rows, and with ``--grid`` on the 80 % that its points train on
-    (:func:`~pyrobnn.handlers.node_draws.check_components`), and ``--sgmcmc`` keeps draws in epochs of that many rows
-    (:func:`sampler`); a :class:`ValueError` naming the options otherwise."""
-    sizes = [num_examples] + ([holdout_size(num_examples)] if cfg.optim.grid else [])
-    if cfg.posterior.sgmcmc != "none":  # the draws kept on that many rows
-        for n in sizes:
-            sampler(cfg, math.ceil(n / cfg.optim.batch_size))
-    if cfg.guide.name != "mixture-node" or not ESTIMATORS[cfg.optim.estimator].stochastic:
-        return
-    for n in sizes:
-        try:
-            check_components(cfg.guide.components, cfg.optim.batch_size, cfg.optim.num_particles, n)
-        except ValueError as error:
-            where = "the --grid points' " if n != num_examples else ""
-            raise ValueError(f"--guide.components {cfg.guide.components}, --batch-size {cfg.optim.batch_size}, "
-                             f"--num-particles {cfg.optim.num_particles} on {where}{n} training examples: {error}"
-                             ) from None
-
-
-def check_posterior(cfg: RunConfig) -> None:
-    """``--method`` names a method that ``pyrobnn train`` runs; ``--ensemble``, ``--laplace``, ``--swag`` and
-    ``--sgmcmc`` start from MAP fits (``--guide point``), one at a time but for MultiSWAG (``--ensemble M --swag``),
-    with their own options only beside them (:func:`check_swag`, :func:`check_sgmcmc`)."""
-    if cfg.method is not None:
-        method = resolve_method(cfg.method)
-        if method.command != "train":
-            raise ValueError(f"--method {cfg.method} runs with `pyrobnn {method.command}`, not `pyrobnn train`: "
-                             f"pyrobnn {method.command} --method {cfg.method} --dataset two-moons ...")
-    post = cfg.posterior
-    ensemble = nonnegative_int("--ensemble", post.ensemble)
-    named = [flag for flag, on in ((f"--ensemble {ensemble}", ensemble and not post.swag), ("--laplace", post.laplace),
-                                   ("--swag", post.swag), (f"--sgmcmc {post.sgmcmc}", post.sgmcmc != "none")) if on]
-    if len(named) > 1:
-        raise ValueError(f"{named[0]} and {named[1]} are two posteriors: choose one"
-                         + (" (several chains: --sgmcmc.chains C)" if ensemble and post.sgmcmc != "none" else ""))
-    if named and cfg.guide.name != "point":
-        raise ValueError(f"{named[0]} starts from MAP fits: use --guide point (got --guide {cfg.guide.name})")
-    check_swag(cfg)
-    check_sgmcmc(cfg)
-
-
-def _options_beside(cfg: RunConfig, prefix: str, used: bool, what: str) -> None:
-    """Options ``--<prefix>.*`` changed from their default without the posterior they set: a ``ValueError``."""
-    if used:
-        return
-    defaults = RunConfig().flags()
-    changed = [name for name, value in cfg.flags().items()
-               if name.startswith(f"--{prefix}.") and value != defaults[name]]
-    if changed:
-        raise ValueError(f"{changed[0]} sets {what}: add --{prefix}{'' if prefix == 'swag' else ' NAME'}")
-
-
-def check_swag(cfg: RunConfig) -> None:
-    """``--swag``: SGD's iterates (``--optimizer sgd``), a rank of at least 2, a start that leaves two epochs to
-    collect, a positive ``--swag.lr`` that is the only learning-rate schedule."""
-    post = cfg.posterior
-    _options_beside(cfg, "swag", post.swag, "SWAG's collection")
-    if not post.swag:
-        return
-    if cfg.optim.optimizer != "sgd":
-        raise ValueError(f"--swag fits its Gaussian to SGD's iterates: pass --optimizer sgd (got --optimizer "
-                         f"{cfg.optim.optimizer})")
-    check_collection(method_of(cfg).collection_start(cfg.optim.epochs), cfg.optim.epochs, post.swag_rank,
-                     {"start": "--swag.start", "rank": "--swag.rank", "epochs": "--epochs"})
-    if post.swag_lr is not None:
-        positive("--swag.lr", post.swag_lr)
-        if cfg.optim.lr_step or cfg.optim.lr_linear_from:
-            raise ValueError("--swag.lr sets SWAG's learning-rate schedule: drop --lr-step and --lr-linear-from")
-
-
-def check_sgmcmc(cfg: RunConfig) -> None:
-    """``--sgmcmc``: the sampler's options, β = 1, no other learning-rate schedule, weight decay or particles, and
-    several chains only without ``--augment`` and ``--val-size`` (they run as one stacked network)."""
-    post = cfg.posterior
-    _options_beside(cfg, "sgmcmc", post.sgmcmc != "none", "the SG-MCMC sampler")
-    if post.sgmcmc == "none":
-        return
-    positive_int("--sgmcmc.chains", post.sgmcmc_chains)
-    sampler(cfg, steps_per_epoch=LONG_EPOCH)  # the draws of the run's own epochs: check_batches
-    for option, value, default in (("--weight-decay", cfg.optim.weight_decay, 0.0),
-                                   ("--lr-step", cfg.optim.lr_step, 0),
-                                   ("--lr-linear-from", cfg.optim.lr_linear_from, 0.0),
-                                   ("--variational-lr-factor", cfg.optim.variational_lr_factor, 1.0),
-                                   ("--num-particles", cfg.optim.num_particles, 1)):
-        if value != default:
-            raise ValueError(f"{option} {value} does not apply to --sgmcmc: the sampler's step follows the posterior "
-                             "(the prior is the weight decay; the step-size schedule is --sgmcmc.cycles)")
-    if beta_schedule(cfg) != Constant(1.0):
-        raise ValueError(f"--sgmcmc samples the posterior, whose KL weight is 1: drop --beta {cfg.optim.beta.name} "
-                         "(a tempered posterior is --sgmcmc.temperature)")
-    if post.sgmcmc_chains > 1 and (cfg.data.augment or cfg.data.val_size):
-        raise ValueError(f"--sgmcmc.chains {post.sgmcmc_chains} run as one stacked network, which takes no "
-                         f"{'--augment' if cfg.data.augment else '--val-size'}: run one chain")
-
-
-LONG_EPOCH = 10**6
-"""Steps of an epoch with which the sampler's settings are checked before the data's size is known (the draws that
-the run's own epochs keep: :func:`check_batches`)."""
-
-
-def sampler(cfg: RunConfig, steps_per_epoch: int) -> SGMCMC:
-    """The optimizer factory of ``--sgmcmc`` for epochs of ``steps_per_epoch`` steps, checked (a ``ValueError`` naming
-    ``--sgmcmc``)."""
-    method = method_of(cfg)
-    try:
-        return SGMCMC(method.learning_rate, epochs=cfg.optim.epochs, steps_per_epoch=steps_per_epoch,
-                      **method.settings())
-    except ValueError as error:
-        raise ValueError(f"--sgmcmc {cfg.posterior.sgmcmc}: {error}") from None
+    """Before any training: the method's rules on the ``num_examples`` training rows (:meth:`Run.check_rows`)."""
+    check_run(cfg).check_rows(num_examples)
 
 
 def check_calibration(cfg) -> None:
@@ -465,20 +423,28 @@ def check_calibration(cfg) -> None:
     in_range("--calibrate.coverage (of the conformal sets)", cfg.calibration.coverage, 0, 1, "()")
 
 
-def check_mcmc(cfg: MCMCConfig) -> None:
-    """Validate everything that needs no data: the NUTS options, a toy or UCI dataset and its sizes, a small
-    mlp without dropout, a prior with a density, and no option that has no meaning for NUTS.
+def nuts_of(cfg: MCMCConfig):
+    """The NUTS a ``pyrobnn mcmc`` run samples with (:class:`~pyrobnn.methods.NUTS`): the ``--method nuts`` preset
+    with the run's prior and NUTS options, built once; what it refuses is a ``ValueError`` naming the options."""
+    mc = cfg.mcmc
+    try:
+        return dataclasses.replace(METHODS["nuts"], prior=make_prior(cfg), num_samples=mc.num_samples,
+                                   warmup=mc.warmup, num_chains=mc.num_chains, target_accept=mc.target_accept,
+                                   max_tree_depth=mc.max_tree_depth, init_jitter=mc.init_jitter,
+                                   map_steps=mc.map_steps, sampler=api_value(mc.sampler))
+    except Refused as refusal:
+        raise ValueError(spelled(refusal, "mcmc")) from None
+
+
+def check_mcmc(cfg: MCMCConfig):
+    """Validate everything that needs no data and return the run's NUTS (:func:`nuts_of`): its options and prior (the
+    method's rules), a toy or UCI dataset and its sizes, a small mlp without dropout, and no option that has no
+    meaning for NUTS.
 
     Raises :class:`ValueError` naming the option. Run before anything is loaded or written.
     """
     mc = cfg.mcmc
     check_calibration(cfg)
-    for option, value in (("--num-samples", mc.num_samples), ("--num-chains", mc.num_chains),
-                          ("--max-tree-depth", mc.max_tree_depth)):
-        positive_int(option, value)
-    nonnegative_int("--warmup", mc.warmup)
-    in_range("--target-accept", mc.target_accept, 0, 1, "()")
-    nonnegative("--init-jitter", mc.init_jitter)
     positive_int("--grid-samples", mc.grid_samples)
     dataset = mcmc_dataset(cfg.data.dataset)
     if cfg.data.split is not None:
@@ -491,9 +457,6 @@ def check_mcmc(cfg: MCMCConfig) -> None:
     for option, value in (("--train-size", cfg.data.train_size), ("--test-size", cfg.data.test_size)):
         if value is not None:
             positive_int(option, value)
-    if cfg.data.train_size is not None and cfg.data.train_size > MAX_FULL_BATCH:
-        raise ValueError(f"--train-size {cfg.data.train_size}: NUTS runs full batch and pyrobnn mcmc takes at "
-                         f"most {MAX_FULL_BATCH} training points")
     if cfg.data.val_size != 0:
         raise ValueError("--val-size does not apply to pyrobnn mcmc: it samples on every training point and "
                          "reports no validation metrics")
@@ -502,20 +465,13 @@ def check_mcmc(cfg: MCMCConfig) -> None:
                          f"{' or '.join(MCMC_MODELS)} with a few narrow --hidden layers")
     for width in cfg.model.hidden:
         positive_int("--hidden", width)
-    if cfg.model.dropout != 0:
-        raise ValueError("--dropout does not apply to pyrobnn mcmc: NUTS needs a potential energy that is a "
-                         "deterministic function of the weights")
     if cfg.model.bayesian == "none":
         raise ValueError("--bayesian none leaves no weights for NUTS to sample")
-    if cfg.prior.name == "node":
-        raise ValueError("--prior node does not apply to pyrobnn mcmc: the implicit BNN keeps its weights as point "
-                         "estimates to be trained, so NUTS would sample the node latents of an untrained network; "
-                         "use --prior gaussian or scale-mixture (or train the implicit BNN with `pyrobnn train`)")
-    reference = torch.full((2,), 0.5)
+    nuts = nuts_of(cfg)
     try:
-        check_prior(make_prior(cfg)(reference), reference, "its distribution")
-    except ValueError as error:
-        raise ValueError(f"--prior {cfg.prior.name} has no proper density for NUTS: {error}") from None
+        nuts.check(epochs=1, rows=cfg.data.train_size)
+    except Refused as refusal:
+        raise ValueError(spelled(refusal, "mcmc")) from None
     defaults = LikelihoodOptions()
     for name in ("learn_scale", "vdp_objective"):
         if getattr(cfg.likelihood, name) != getattr(defaults, name):
@@ -523,6 +479,7 @@ def check_mcmc(cfg: MCMCConfig) -> None:
                              "the weights and holds the likelihood fixed")
     if cfg.likelihood.name != "auto":
         make_likelihood(cfg, None)
+    return nuts
 
 
 def optimizer_of(cfg: RunConfig) -> Optim:

@@ -20,8 +20,8 @@ from pyrobnn.cli.runs import (
     gigabytes,
     is_draws,
     load_ood,
+    load_run,
     metrics_tables,
-    restore,
     seed_of,
     test_report,
 )
@@ -70,6 +70,21 @@ class Evaluate:
     """Show progress bars over the prediction passes and the corruptions."""
 
 
+def _shown(args: Evaluate, state: dict, posterior, cfg) -> tuple[int, str, str]:
+    """``(num_samples, row, title)`` of the report: a draws file's every draw once, as `pyrobnn mcmc` (or train)
+    reported it, or an evenly thinned subset (PosteriorDraws.thinned: every chain, the whole run); a variational
+    posterior's 100 samples unless ``--num-samples``."""
+    if is_draws(state):
+        total = len(posterior)
+        num_samples = total if args.num_samples is None else args.num_samples
+        row = "nuts" if posterior.kind == MCMCResult.kind else posterior.kind
+        subset = "" if num_samples == total else f", {num_samples} spread over them"
+        return num_samples, row, (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])}{subset})" if row == "nuts"
+                                  else f"{args.checkpoint} ({row}, {total} draws{subset})")
+    num_samples = 100 if args.num_samples is None else args.num_samples
+    return num_samples, cfg.guide.name, f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
+
+
 def evaluate(args: Evaluate) -> dict[str, float]:
     """Rebuild model and guide from the checkpoint, print the test metrics table."""
 
@@ -84,32 +99,23 @@ def evaluate(args: Evaluate) -> dict[str, float]:
                        ("--corruption-plot", args.corruption_plot)):
         if path is not None:
             check_writable(path, flag)
-    state, cfg, data, model, guide = restore(args.checkpoint, args.data_root, args.device, args.test_size)
+    state, run, data, posterior = load_run(args.checkpoint, args.data_root, args.device, args.test_size)
+    cfg = getattr(run, "config", run)
     if args.reliability is not None and data.task != "classification":
         raise ValueError(f"--reliability needs a classification dataset; {cfg.data.dataset} is {data.task}")
     if args.corruptions:
         check_corruptible(cfg, data)
     ood = load_ood(args.ood_dataset, cfg, data) if args.ood_dataset is not None else None
-    if is_draws(state):  # the empirical posterior: every draw once, as `pyrobnn mcmc` (or train) reported it, or an
-        # evenly thinned subset (PosteriorDraws.thinned: every chain, the whole run)
-        num_samples = len(guide) if args.num_samples is None else args.num_samples
-        moments, row = False, "nuts" if state["kind"] == MCMCResult.kind else state["kind"]
-        subset = "" if num_samples == len(guide) else f", {num_samples} spread over them"
-        title = (f"{args.checkpoint} (NUTS, {draws_shape(state['draws'])}{subset})" if row == "nuts"
-                 else f"{args.checkpoint} ({row}, {len(guide)} draws{subset})")
-    else:
-        num_samples = 100 if args.num_samples is None else args.num_samples
-        moments, row = cfg.optim.estimator == "vdp", cfg.guide.name
-        title = f"{args.checkpoint} (epoch {state['epoch'] + 1}, {num_samples} samples)"
+    num_samples, row, title = _shown(args, state, posterior, cfg)
     seed = seed_of(cfg) if args.seed is None else args.seed
     max_memory = gigabytes(args.max_memory)
     data, held_out = calibration_split(cfg, data)  # a run trained with --calibrate: the rows it held out
-    metrics = test_report(model, guide, data, num_samples, seed, args.reliability, moments=moments,
-                          max_memory=max_memory, progress=args.progress, ood=ood, held_out=held_out,
+    metrics = test_report(posterior, data, seed, args.reliability, max_memory=max_memory, progress=args.progress,
+                          ood=ood, held_out=held_out, num_samples=num_samples,
                           coverage=cfg.calibration.coverage if held_out is not None else 0.9)
     shifted = None
     if args.corruptions:
-        shifted = corrupted_report(model, guide, cfg, data, args.corruptions, args.corruption_types, num_samples,
+        shifted = corrupted_report(posterior, cfg, data, args.corruptions, args.corruption_types, num_samples,
                                    seed, max_memory, args.progress)
         if args.corruption_plot is not None:
             plot_metric_vs_severity({row: shifted}, args.corruption_plot, title=f"{args.checkpoint}")

@@ -41,7 +41,7 @@ from typing import Literal, Union
 
 import pyro
 
-from pyrobnn.cli.build import build, check_run, method_of
+from pyrobnn.cli.build import Run, check_run
 from pyrobnn.cli.options import (
     PROTOCOL,
     TAU,
@@ -51,7 +51,7 @@ from pyrobnn.cli.options import (
     grid_entry,
     noise_precision,
 )
-from pyrobnn.cli.report import num, say, warn
+from pyrobnn.cli.report import num, rate, say, warn
 from pyrobnn.cli.runs import augmentation, gigabytes, load_data, test_report
 from pyrobnn.data import uci_protocol
 from pyrobnn.data.splits import holdout_splits
@@ -185,12 +185,13 @@ def _shown(point: dict[str, str]) -> str:
 
 
 def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: str, held,
-                    larger_is_better: bool = True) -> tuple[int, dict]:
+                    larger_is_better: bool = True, remedy=lambda: "choose other values") -> tuple[int, dict]:
     """Score each grid point's run on the held-out 20 % (``evaluate(run)`` -> its metrics, ``score`` among them;
     None: the point was dropped, its training diverged) and choose the best (the first of equal scores): ``(index of
     the best point, the record of the search)``, the record ``{"score", "fit_size", "held_out_size", "points":
     [{"values", <metrics> or "diverged"}], "chosen", "seconds"}``.
-    Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``."""
+    Shared by ``pyrobnn train --grid`` and ``pyrobnn mcmc --grid``; every point dropped is a ``ValueError`` ending
+    with ``remedy()``."""
     tick, records = time.perf_counter(), []
     for i, (point, run) in enumerate(zip(points, runs)):
         metrics = evaluate(run)
@@ -201,13 +202,21 @@ def held_out_search(points: list[dict[str, str]], runs: list, evaluate, score: s
         say(f"--grid {i + 1}/{len(points)} {_shown(point)}: held-out {score} {num(metrics[score])}")
     scored = [i for i, record in enumerate(records) if not record.get("diverged")]
     if not scored:
-        raise ValueError(f"--grid: the training of every one of its {len(points)} points diverged; lower --lr (or "
-                         "choose other values)")
+        raise ValueError(f"--grid: the training of every one of its {len(points)} points diverged; {remedy()}")
     sign = 1.0 if larger_is_better else -1.0
     best = max(scored, key=lambda i: sign * records[i][score])
     say(f"--grid chose {_shown(points[best])} (held-out {score} {num(records[best][score])})")
     return best, {"score": score, "fit_size": len(held.x_train), "held_out_size": len(held.x_test),
                   "points": records, "chosen": points[best], "seconds": time.perf_counter() - tick}
+
+
+def _rates(runs: list[Run], held) -> str:
+    """The rates the grid's points trained at, as the run's header names them (:func:`~pyrobnn.cli.report.rate`)."""
+    rates = []
+    for run in runs:
+        pyro.set_rng_seed(run.config.optim.seed)
+        rates.append(rate(run.method, run.build(held)[0], run.config.optim.epochs))
+    return ", ".join(dict.fromkeys(rates))
 
 
 STACKED = (TAU, "likelihood.scale")
@@ -235,12 +244,14 @@ def search_split(cfg: RunConfig, data):
     return held if aug is None else dataclasses.replace(held, x_test=aug.normalize(held.x_test))
 
 
-def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None]:
-    """The run's configuration with the ``--grid`` point of highest held-out score, for ``data`` (the run's
-    dataset, whose target scale sets ``tau``), and the record of the search (``None`` without ``--grid``):
-    ``{"grid", "score", "fit_size", "held_out_size", "points": [{"values", <metrics>}], "chosen", "seconds"}``."""
+def select_hyperparameters(run: Run, data) -> tuple[Run, dict | None]:
+    """The run with the ``--grid`` point of highest held-out score (its options checked and its method built: a
+    :class:`~pyrobnn.cli.build.Run`), for ``data`` (the run's dataset, whose target scale sets ``tau``), and the
+    record of the search (``None`` without ``--grid``): ``{"grid", "score", "fit_size", "held_out_size", "points":
+    [{"values", <metrics>}], "chosen", "seconds"}``."""
+    cfg = run.config
     if not cfg.optim.grid:
-        return cfg, None
+        return run, None
     if cfg.output.resume:
         raise ValueError("--resume does not apply to a run with --grid: the search trains runs that are not "
                          "checkpointed; train again into a new --out")
@@ -248,60 +259,65 @@ def select_hyperparameters(cfg: RunConfig, data) -> tuple[RunConfig, dict | None
     if not axes:  # e.g. --grid protocol for a likelihood that learns its noise, with no dropout rate to choose
         say("--grid: nothing to choose for this run (the data set's grid sets the noise precision, which this "
             "likelihood learns), so it trains on the whole training set as given")
-        return cfg, None
+        return run, None
     points = grid_points(cfg, axes)
     held = search_split(cfg, data)
-    runs = [configured(cfg, point, held) for point in points]
-    for run in runs:  # every point's options are checked before any is trained
-        check_run(run)
+    runs = [check_run(configured(cfg, point, held)) for point in points]  # every point checked before any trains
     classification = held.task == "classification"
     score = "nll" if classification else "log_likelihood"
-    device = resolve_device(cfg.optim.device)
     say(f"--grid: {len(points)} points, each trained on {len(held.x_train)} examples and scored on "
         f"{len(held.x_test)} held out ({score})")
+    search = _StackedSearch(points, runs, held, resolve_device(cfg.optim.device))
+    best, record = held_out_search(points, runs, search.evaluate, score, held, larger_is_better=not classification,
+                                   remedy=lambda: f"they trained at {_rates(runs, held)}: lower --lr (or choose other "
+                                                  "values)")
+    chosen = check_run(configured(cfg, points[best], data))
+    return chosen, {"grid": {name: list(values) for name, values in axes}, **record}
 
-    stacks = replica_groups(points)
-    trained: dict[int, Posterior] = {}
-    aug = augmentation(cfg, held)
 
-    def train_stack(stack: list[int]) -> None:
-        """Train the points of ``stack`` at once (pyrobnn.infer.replicas); a point whose training diverges is dropped
-        with one warning, and the others train again without it."""
-        remaining = list(stack)
+class _StackedSearch:
+    """The grid's points trained a stack at a time (:data:`STACKED`: the points that differ only in the noise) by
+    their method (:meth:`~pyrobnn.methods.Method.train_stacked`), each scored through its posterior; a point whose
+    training diverges is dropped with one warning, and the others of its stack train again without it."""
+
+    def __init__(self, points: list[dict[str, str]], runs: list[Run], held, device):
+        self.points, self.runs, self.held, self.device = points, runs, held, device
+        self.stacks = replica_groups(points)
+        self.trained: dict[int, Posterior] = {}
+        self.diverged: dict[int, str] = {}
+        self.transform = augmentation(runs[0].config, held)
+
+    def train_stack(self, stack: list[int]) -> None:
+        remaining, held = list(stack), self.held
         while remaining:
-            first = runs[remaining[0]]
-            method = method_of(first)
+            first = self.runs[remaining[0]]
+            method, opt = first.method, first.config.optim
             pairs = []  # each point as the method trains it: an ensemble's members, MultiSWAG's SWAGs, the chains
             for i in remaining:
                 for m in range(method.runs):
-                    pyro.set_rng_seed(runs[i].optim.seed + m)  # weight initialisation (of run m)
-                    pairs.append(build(runs[i], held, method))
+                    pyro.set_rng_seed(self.runs[i].config.optim.seed + m)  # weight initialisation (of run m)
+                    pairs.append(self.runs[i].build(held))
             try:
                 posteriors = method.train_stacked(
-                    pairs, held.x_train, held.y_train, epochs=first.optim.epochs, seed=first.optim.seed,
-                    precision=first.optim.precision, transform=None if aug is None else aug.normalize,
-                    compile=first.optim.compile, device=device)
+                    pairs, held.x_train, held.y_train, epochs=opt.epochs, seed=opt.seed, precision=opt.precision,
+                    transform=None if self.transform is None else self.transform.normalize, compile=opt.compile,
+                    device=self.device)
             except TrainingDiverged as error:
                 point = remaining[0 if error.replica is None else error.replica // method.runs]
-                warn(f"--grid {_shown(points[point])}: training diverged, so the point is dropped from the search "
-                     f"({error})")
-                diverged[point] = str(error)
+                warn(f"--grid {_shown(self.points[point])}: training diverged, so the point is dropped from the "
+                     f"search ({error})")
+                self.diverged[point] = str(error)
                 remaining.remove(point)
                 continue
-            trained.update(zip(remaining, posteriors))
+            self.trained.update(zip(remaining, posteriors))
             return
 
-    diverged: dict[int, str] = {}
-
-    def evaluate(run):
-        index = next(i for i, r in enumerate(runs) if r is run)
-        if index not in trained and index not in diverged:
-            train_stack(next(stack for stack in stacks if index in stack))
-        if index in diverged:
+    def evaluate(self, run: Run):
+        """The held-out metrics of ``run``'s point (its stack trained first); None: it diverged."""
+        index = next(i for i, r in enumerate(self.runs) if r is run)
+        if index not in self.trained and index not in self.diverged:
+            self.train_stack(next(stack for stack in self.stacks if index in stack))
+        if index in self.diverged:
             return None
-        posterior = trained.pop(index)
-        return test_report(posterior.model, posterior.guide, held, posterior.num_samples, run.optim.seed,
-                           moments=posterior.moments, max_memory=gigabytes(run.output.max_memory))
-
-    best, record = held_out_search(points, runs, evaluate, score, held, larger_is_better=not classification)
-    return configured(cfg, points[best], data), {"grid": {name: list(values) for name, values in axes}, **record}
+        return test_report(self.trained.pop(index), self.held, run.config.optim.seed,
+                           max_memory=gigabytes(run.config.output.max_memory))

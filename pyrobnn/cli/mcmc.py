@@ -19,7 +19,7 @@ Gamma prior instead; here the sampled dimension stays the weights', so the batch
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from pathlib import Path
 
@@ -29,12 +29,11 @@ import torch
 from pyrobnn.analysis.plots import boundary_plot, predictive_plot
 from pyrobnn.cli.build import build_network, check_mcmc, noise_grid
 from pyrobnn.cli.grid import configured, held_out_search, search_split
+from pyrobnn.cli.methods import spelled
 from pyrobnn.cli.options import (
-    MCMC_MAX_WEIGHTS,
     TAU,
     TOY_DATASETS,
     MCMCConfig,
-    api_value,
     mcmc_dataset,
 )
 from pyrobnn.cli.report import (
@@ -51,8 +50,8 @@ from pyrobnn.cli.report import (
 )
 from pyrobnn.cli.runs import CALIBRATION_SEED, calibration_split, load_data, test_report
 from pyrobnn.files import check_writable, write_json
-from pyrobnn.infer.mcmc import MCMCResult, sample_posterior
 from pyrobnn.infer.recording import ExecutorFailed
+from pyrobnn.methods import Refused
 
 __all__ = ["SamplingFailed", "mcmc", "choose_noise"]
 
@@ -61,43 +60,27 @@ class SamplingFailed(RuntimeError):
     """NUTS stopped with an error (e.g. no finite potential energy at the initial weights)."""
 
 
-def _sampled(cfg: MCMCConfig, data, warmup: int, num_samples: int, progress: bool):
-    """The network of ``cfg`` (its weights seeded by ``--seed``: the chains start there) and NUTS's
-    :class:`~pyrobnn.infer.mcmc.MCMCResult` on ``data``'s training set."""
-    mc = cfg.mcmc
+def _sampled(cfg: MCMCConfig, nuts, data, progress: bool):
+    """The posterior ``nuts`` (:class:`~pyrobnn.methods.NUTS`) samples of the network of ``cfg`` (its weights seeded
+    by ``--seed``: the chains start there) on ``data``'s training set."""
     pyro.set_rng_seed(cfg.output.seed)  # weight initialisation: the chains start there (plus --init-jitter)
     model = build_network(cfg, data)
-    size = sum(math.prod(site.shape) for site in model.sites())
-    if size > MCMC_MAX_WEIGHTS:
-        raise ValueError(f"--hidden {shown(cfg.model.hidden)}: the network has {size} Bayesian weights; pyrobnn mcmc "
-                         f"samples at most {MCMC_MAX_WEIGHTS} (NUTS explores one dimension per weight): use narrower "
-                         "--hidden layers, --bayesian last-layer, or `pyrobnn train`")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a small network's products gain nothing from intra-op threads, which only contend
     try:
-        result = sample_posterior(model, data.x_train, data.y_train, num_samples=num_samples, warmup=warmup,
-                                  num_chains=mc.num_chains, seed=cfg.output.seed, init_jitter=mc.init_jitter,
-                                  map_steps=mc.map_steps, target_accept=mc.target_accept,
-                                  max_tree_depth=mc.max_tree_depth,
-                                  sampler=api_value(mc.sampler), compile=mc.compile,
-                                  progress=progress)
+        return nuts.train(model, None, data.x_train, data.y_train, seed=cfg.output.seed, compile=cfg.mcmc.compile,
+                          progress=progress)
+    except Refused as refusal:
+        raise ValueError(spelled(refusal, "mcmc")) from None
     except ExecutorFailed:  # an explicit --compile that cannot run: the command line's one line (exit 2)
         raise
     except RuntimeError as error:
         raise SamplingFailed(str(error)) from error
     finally:
         torch.set_num_threads(threads)
-    return model, result
 
 
-def _tested(model, result: MCMCResult, data, seed: int, held_out=None, coverage: float = 0.9) -> dict:
-    """The test report of all draws' predictive mixture (original units for a standardised target); calibrated on
-    ``held_out`` (``--calibrate``) when given."""
-    posterior = result.guide()
-    return test_report(model, posterior, data, len(posterior), seed, held_out=held_out, coverage=coverage)
-
-
-def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
+def choose_noise(cfg: MCMCConfig, nuts, data) -> tuple[MCMCConfig, dict | None]:
     """``cfg`` with the ``--grid`` noise precision of highest held-out log-likelihood (``--likelihood.scale`` =
     :math:`1/(\\sqrt\\tau\\, s_y)`, :math:`s_y` of ``data``, the run's training split), and the record of the search
     ``{"grid", "score", "fit_size", "held_out_size", "warmup", "num_samples", "points", "chosen", "seconds"}``
@@ -116,10 +99,12 @@ def choose_noise(cfg: MCMCConfig, data) -> tuple[MCMCConfig, dict | None]:
         f"{steps} draws per chain) and scored on {len(held.x_test)} held out (log_likelihood)")
     points = [{TAU: tau} for tau in taus]
 
+    short = dataclasses.replace(nuts, warmup=steps, num_samples=steps)
+
     def evaluate(run):
-        model, result = _sampled(run, held, steps, steps, progress=False)
-        return {**_tested(model, result, held, cfg.output.seed),
-                "prediction_r_hat_max": result.diagnostics["prediction_r_hat_max"]}
+        posterior = _sampled(run, short, held, progress=False)
+        return {**test_report(posterior, held, cfg.output.seed),
+                "prediction_r_hat_max": posterior.result.diagnostics["prediction_r_hat_max"]}
 
     best, record = held_out_search(points, [configured(cfg, point, held) for point in points], evaluate,
                                    "log_likelihood", held)
@@ -135,12 +120,12 @@ def mcmc(cfg: MCMCConfig) -> dict:
 
     The options, ``--out``, and the size of the network are checked before anything is written.
     """
-    check_mcmc(cfg)
+    nuts = check_mcmc(cfg)
     out = Path(cfg.output.out)
     check_writable(out, "--out", directory=True)
     tick = time.perf_counter()
     data, held_out = calibration_split(cfg, load_data(cfg))  # --calibrate: its rows are never sampled on
-    cfg, selection = choose_noise(cfg, data)
+    cfg, selection = choose_noise(cfg, nuts, data)
     seed, mc = cfg.output.seed, cfg.mcmc
     toy = mcmc_dataset(cfg.data.dataset) in TOY_DATASETS
     where = "" if toy else f" (split {cfg.data.split or 0})"
@@ -150,10 +135,11 @@ def mcmc(cfg: MCMCConfig) -> dict:
         f"model {cfg.model.name} {shown(cfg.model.hidden)}, prior {prior_name(cfg.prior)}{noise}, NUTS ({mc.sampler} "
         f"sampler) {mc.num_chains} chain{'s' if mc.num_chains != 1 else ''} x ({mc.warmup} warm-up + {mc.num_samples} "
         f"draws), seed {seed}")
-    model, result = _sampled(cfg, data, mc.warmup, mc.num_samples, cfg.output.progress)
+    posterior = _sampled(cfg, nuts, data, cfg.output.progress)
+    model, result = posterior.model, posterior.result
     size = result.diagnostics["num_weights"]
     diagnostics = result.diagnostics
-    metrics = _tested(model, result, data, seed, held_out, cfg.calibration.coverage)
+    metrics = test_report(posterior, data, seed, held_out=held_out, coverage=cfg.calibration.coverage)
     result.save(out / "draws.pt", config=cfg.to_dict(), diagnostics=diagnostics, test=metrics)
     report = {"diagnostics": diagnostics, "test": metrics, "config": cfg.to_dict()}
     if selection is not None:
@@ -168,7 +154,7 @@ def mcmc(cfg: MCMCConfig) -> dict:
         classification = data.task == "classification"
         plot = out / ("boundary.png" if classification else "predictive.png")
         title = f"{cfg.data.dataset}: NUTS, {draws_shape(result.draws)}, mlp {shown(cfg.model.hidden)}"
-        (boundary_plot if classification else predictive_plot)(model, result.guide(), data, plot, title)
+        (boundary_plot if classification else predictive_plot)(model, posterior.guide, data, plot, title)
         written.append(plot.name)
     console.print(diagnostics_table(f"NUTS: {draws_shape(result.draws)}, {size} weights", diagnostics))
     say(f"{diagnostics['sampler']} sampler (compile {diagnostics['compile']}): function space (predictions at "

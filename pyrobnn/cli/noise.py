@@ -1,20 +1,14 @@
-r"""The noise of a regression in ``pyrobnn train``: :math:`y \sim \mathcal N(f(x; w), \sigma^2)`, and what
-:math:`\sigma` is when the run does not say.
+r"""The noise of a regression in ``pyrobnn train``, as a person reads it: :math:`y \sim \mathcal N(f(x; w),
+\sigma^2)`, and what :math:`\sigma` is when the run does not say.
 
-A run that sets the noise keeps it: ``--likelihood.scale S`` (fixed; a ``--grid`` point's ``likelihood.scale`` or
-``tau`` sets it the same way), ``--likelihood.learn-scale`` (learned from S), ``--likelihood heteroscedastic`` (one
-per input). A run that does not learns :math:`\sigma` as a point estimate with the network, through
-:math:`\log\sigma` (:class:`~pyrobnn.model.likelihoods.Gaussian` with ``learn_scale``), from
-:data:`STARTING_SCALE` = 1: the spread of the standardised target, the noise of a network that explains nothing.
-It starts above any noise the data can show, so the run is never overconfident by its noise while it learns, and it
-falls to what the residuals show as the network fits them (the point estimate of :math:`\sigma` that maximises the
-run's objective, as a deep ensemble's member learns its noise, Lakshminarayanan et al. 2017).
-
-A learned noise is one scale of one network. A posterior that replays the draws of several networks' weights in
-one network (:attr:`~pyrobnn.methods.Method.replays_weights`: a deep ensemble, MultiSWAG, SG-MCMC draws) would
-predict every draw with the first network's noise, so ``--likelihood.learn-scale`` is refused for it before anything
-is loaded; left unset, its noise is fixed at :data:`STARTING_SCALE` (:func:`noise_options`) and the run's header
-says so, with the way to choose it on the training rows (``--grid likelihood.scale=...``).
+The rule is the method's (:func:`pyrobnn.methods.rules.regression_noise`, the same from Python): a run that sets
+the noise keeps it (``--likelihood.scale S``, fixed; a ``--grid`` point's ``likelihood.scale`` or ``tau`` sets it the
+same way; ``--likelihood.learn-scale``: learned from S; ``--likelihood heteroscedastic``: one per input); a run that
+does not learns :math:`\sigma` from :data:`STARTING_SCALE` = 1, the spread of the standardised target, unless its
+method's draws replay several networks' weights in one network (a deep ensemble, MultiSWAG, SG-MCMC), which fixes it
+there and refuses ``--likelihood.learn-scale``. Here: the header's words for it (:func:`noise_summary`), what
+``metrics.json`` records (:func:`noise_record`), and whether a study's cell takes the default
+(:func:`default_noise_applies`).
 """
 
 from __future__ import annotations
@@ -24,27 +18,23 @@ import dataclasses
 from torch import nn
 
 from pyrobnn.cli.options import PROTOCOL, TAU, grid_entry
+from pyrobnn.methods.rules import STARTING_SCALE, regression_noise
 from pyrobnn.model.likelihoods import Gaussian, HeteroscedasticGaussian
 
-__all__ = ["STARTING_SCALE", "NOISE_GRID", "noise_options", "default_noise_applies",
-           "check_noise", "noise_summary", "noise_record"]
-
-STARTING_SCALE = 1.0
-"""The noise standard deviation of a regression that does not set it, in the units of the standardised target (its
-own spread): learned from there, or held there by a posterior that cannot learn it."""
+__all__ = ["STARTING_SCALE", "NOISE_GRID", "noise_options", "default_noise_applies", "noise_summary", "noise_record"]
 
 NOISE_GRID = "likelihood.scale=0.4,0.7,1.0"
 """The ``--grid`` the messages suggest to choose a fixed noise on the training rows (``examples/table_study.py``'s)."""
 
 
 def noise_options(options, method):
-    """Likelihood ``options`` with the noise resolved: as given when ``--likelihood.scale`` is set; unset,
-    :data:`STARTING_SCALE`, learned unless ``method``'s draws replay several networks' weights in one
-    (:attr:`~pyrobnn.methods.Method.replays_weights`)."""
+    """Likelihood ``options`` with the noise resolved by ``method``'s rule
+    (:func:`~pyrobnn.methods.rules.regression_noise`): as given when ``--likelihood.scale`` is set; unset,
+    :data:`STARTING_SCALE`, learned unless ``method``'s draws replay several networks' weights in one."""
     if options.scale is not None:
         return options
-    learn = options.learn_scale or not method.replays_weights
-    return dataclasses.replace(options, scale=STARTING_SCALE, learn_scale=learn)
+    return dataclasses.replace(options, scale=STARTING_SCALE,
+                               learn_scale=_learned(regression_noise(method, None, options.learn_scale)))
 
 
 def default_noise_applies(cfg, task: str) -> bool:
@@ -67,16 +57,6 @@ def default_noise_applies(cfg, task: str) -> bool:
 
 def _label(cfg, method) -> str:
     return f"--method {cfg.method}" if cfg.method else type(method).__name__
-
-
-def check_noise(cfg, method) -> None:
-    """Before anything is loaded: ``--likelihood.learn-scale`` for a ``method`` whose draws replay several networks'
-    weights in one network is a ``ValueError`` naming the fix."""
-    why = method.replays_weights
-    if cfg.likelihood.learn_scale and why:
-        raise ValueError(f"--likelihood.learn-scale: {_label(cfg, method)}: {why}, so a noise each one learned "
-                         f"would be lost (every draw would be predicted with the first one's); fix the noise with "
-                         f"--likelihood.scale S, or choose it on the training rows with --grid {NOISE_GRID}")
 
 
 def _learned(likelihood: Gaussian) -> bool:

@@ -45,19 +45,20 @@ from pyrobnn.guides.base import SHARING
 from pyrobnn.guides.normal import PARAMETERIZATIONS
 from pyrobnn.handlers import ESTIMATORS as _ESTIMATOR_REGISTRY
 from pyrobnn.infer.elbo import PRECISIONS, MeanFieldELBO
-from pyrobnn.infer.mcmc import SAMPLERS, sample_posterior
+from pyrobnn.infer.mcmc import SAMPLERS
 from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import SCHEDULES
-from pyrobnn.infer.sgmcmc import SGMCMC, SGMCMC_SAMPLERS
 from pyrobnn.infer.svi import fit
-from pyrobnn.infer.swag import SWAG
-from pyrobnn.methods import METHOD_NAMES
+from pyrobnn.methods import IVON, METHOD_NAMES, NUTS, Variational
+from pyrobnn.methods import SGMCMC as SGMCMCMethod
+from pyrobnn.methods import SWAG as SWAGMethod
+from pyrobnn.methods.nuts import MAX_WEIGHTS
 from pyrobnn.methods.rules import SPARSE_VD_LR
 from pyrobnn.model.likelihoods import LIKELIHOODS, Categorical, Gaussian
 from pyrobnn.model.priors import PRIORS, NodePrior, ScaleMixturePrior
 from pyrobnn.networks import NETWORKS
-from pyrobnn.networks.hf import FINETUNING
+from pyrobnn.networks.hf import FINETUNING, LoRA
 
 TAU = "tau"
 """The grid's noise precision in the target's original units (sets ``--likelihood.scale``)."""
@@ -75,24 +76,6 @@ def grid_entry(spec: str) -> Optional[tuple[str, tuple[str, ...]]]:
     return (name, texts) if sep and name and texts else None
 
 
-def site_rates(entries: tuple[str, ...], rate: float) -> dict[str, float]:
-    """``--guide.rates GLOB=RATE ...`` with ``--guide.rate`` as :class:`~pyrobnn.DropoutGuide`'s mapping from glob
-    patterns over site names to dropout rates: the entries in order (first match wins), then ``"*"`` at ``rate``
-    for every other site; a :class:`ValueError` naming ``--guide.rates`` for an entry that is not GLOB=RATE."""
-    rates = {}
-    for entry in entries:
-        pattern, sep, text = entry.partition("=")
-        try:
-            value = float(text)
-        except ValueError:
-            value = None
-        if not sep or not pattern.strip() or value is None:
-            raise ValueError(f"--guide.rates {entry!r}: write GLOB=RATE over the model's site names, e.g. "
-                             "'net.0.*=0' to keep a network's input undropped")
-        rates[pattern.strip()] = value
-    return {**rates, "*": rate} if "*" not in rates else rates
-
-
 def noise_precision(text: str) -> float:
     """A value of ``--grid tau=...``: a finite positive number, else a :class:`ValueError` naming ``--grid``."""
     try:
@@ -105,8 +88,7 @@ def noise_precision(text: str) -> float:
 
 
 __all__ = [
-    "site_rates",
-    "RunConfig", "PosteriorOptions", "CalibrationOptions", "DataOptions", "ModelOptions", "PriorOptions",
+    "RunConfig", "MethodOptions", "CalibrationOptions", "DataOptions", "ModelOptions", "PriorOptions",
     "GuideOptions", "LikelihoodOptions",
     "BetaOptions", "OptimOptions", "OutputOptions", "ESTIMATORS", "LIKELIHOODS", "RESUMABLE", "API_SPELLING",
     "MCMCConfig", "MCMCOptions", "MCMCOutputOptions", "ToyDataOptions", "MCMCModelOptions", "MCMCLikelihoodOptions",
@@ -255,11 +237,11 @@ class ModelOptions:
     init_from: Annotated[Optional[Path], arg(metavar="CHECKPOINT", help_behavior_hint="(default: none)")] = None
     ("Start the network from the weights of a deterministic run's checkpoint.pt (pyrobnn train --bayesian none, the "
      "same --model): the posterior means start at the pre-trained weights.")
-    lora_rank: int = 8
+    lora_rank: int = _default(LoRA, "r")
     """hf: models: the rank r of the LoRA adapters."""
-    lora_alpha: float = 16.0
+    lora_alpha: float = _default(LoRA, "alpha")
     """hf: models: LoRA's alpha (the update is scaled by alpha / r)."""
-    lora_targets: Annotated[tuple[str, ...], arg(metavar="MODULE [MODULE ...]")] = ("query", "value")
+    lora_targets: Annotated[tuple[str, ...], arg(metavar="MODULE [MODULE ...]")] = _default(LoRA, "targets")
     """hf: models: the linear modules that get adapters (names as in the model, e.g. query key value dense)."""
 
 
@@ -343,10 +325,11 @@ class LikelihoodOptions:
     """auto: categorical for classification, gaussian for regression; heteroscedastic learns the noise per input."""
     scale: Annotated[Optional[float], arg(metavar="FLOAT", help_behavior_hint="(default: learned from 1)")] = None
     ("gaussian: noise standard deviation, fixed (its initial value with --likelihood.learn-scale), in the standardised "
-     "target's units; unset: learned from 1, the target's spread (fixed at 1 for --ensemble, MultiSWAG and --sgmcmc, "
-     "which replay several networks' weights in one: pyrobnn.cli.noise).")
+     "target's units; unset: learned from 1, the target's spread (fixed at 1 for a deep ensemble, MultiSWAG and "
+     "SG-MCMC, which replay several networks' weights in one: pyrobnn.methods.rules).")
     learn_scale: bool = _default(Gaussian, "learn_scale")
-    """gaussian: learn the noise standard deviation as a point estimate (refused for --ensemble, MultiSWAG, SG-MCMC)."""
+    ("gaussian: learn the noise standard deviation as a point estimate (refused for a deep ensemble, MultiSWAG and "
+     "SG-MCMC).")
     vdp_objective: _choices(Categorical.VDP_OBJECTIVES) = cli_spelling(_default(Categorical, "vdp_objective"))
     ("categorical under --estimator vdp: Gaussian NLL of one-hot targets with the propagated variance, or cross-"
      "entropy.")
@@ -378,9 +361,9 @@ _SCHEDULE_ARGUMENTS = {"beta": "value", "final": "value"}
 class OptimOptions:
     """Stochastic variational inference: steps, estimator, particles, seed, device."""
 
-    epochs: Annotated[int, _flat()] = _default(fit, "epochs")
+    epochs: Annotated[int, _flat()] = _default(Variational.fit, "epochs")
     """Passes over the training data."""
-    batch_size: Annotated[int, _flat()] = _default(fit, "batch_size")
+    batch_size: Annotated[int, _flat()] = _default(Variational, "batch_size")
     """Minibatch size B (the likelihood is scaled by N/B)."""
     lr: Annotated[Optional[float], _flat(metavar="FLOAT", help_behavior_hint=LR_HINT)] = None
     """Learning rate per example, as papers state it (for the mean loss; sgd's is divided by N on the summed ELBO)."""
@@ -400,11 +383,11 @@ class OptimOptions:
     variational_lr_factor: Annotated[float, _flat()] = 1.0
     ("Learning rate of the guide's parameters, times --lr (the network's point weights keep --lr): the large "
      "variational rate of implicit BNNs (Trinh et al. 2020); 1: one rate.")
-    num_particles: Annotated[int, _flat()] = _default(MeanFieldELBO, "num_particles")
+    num_particles: Annotated[int, _flat()] = _default(Variational, "num_particles")
     """Posterior samples per training step, drawn in one batched pass."""
     precision: Annotated[_choices(PRECISIONS), _flat()] = _default(MeanFieldELBO, "precision")
     """Arithmetic of the network: fp32, or bf16 autocast (the KL and log-likelihood stay in fp32)."""
-    estimator: Annotated[EstimatorName, _flat()] = "sample"
+    estimator: Annotated[EstimatorName, _flat()] = _default(Variational, "estimator")
     ("sample: weights; local: local reparameterization (Kingma et al. 2015); flipout (Wen et al. 2018); vdp: moment "
      "propagation, deterministic (Dera et al. 2019).")
     compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(fit, "compile")
@@ -426,7 +409,7 @@ class OptimOptions:
      "option without its dashes (guide.rate, likelihood.scale, prior.scale, lr, ...) or tau, the noise precision in "
      "the target's original units (likelihood.scale = 1 / (sqrt(tau) y_std)); protocol: the data set's own grid "
      "(UCI: tau_values.txt, and dropout_rates.txt for --guide dropout); likelihood=gaussian,heteroscedastic: a "
-     "heteroscedastic point takes no tau. With --ensemble M each point is scored as its ensemble of M. "
+     "heteroscedastic point takes no tau. A point of a deep ensemble is scored as its ensemble. "
      "metrics.json's selection has every point.")
 
 
@@ -460,36 +443,21 @@ class OutputOptions:
 
 
 @dataclass
-class PosteriorOptions:
-    """Posteriors made of point estimates (--guide point; draws.pt holds the draws, which the test report and pyrobnn
-    evaluate use): a deep ensemble, the Laplace approximation of the MAP fit, SWAG (MultiSWAG with --ensemble), or
-    SG-MCMC draws."""
+class MethodOptions:
+    """A method's own settings (pyrobnn.methods), for the methods of their kind (--method picks the method; unset: the
+    method's, the preset of --method NAME): SWAG's collection, SG-MCMC's sampler, IVON's optimiser."""
 
-    ensemble: Annotated[int, arg(metavar="M")] = 0
-    ("Train M members, each from its own initialisation and data order (seeds seed..seed+M-1; checkpoint.pt is member"
-     " 0), and predict with their uniform mixture (deep ensembles, Lakshminarayanan et al. 2017; 0: one fit).")
-    laplace: bool = False
-    ("After the MAP fit, the last layer's Kronecker-factored Laplace approximation (laplace-torch), its prior "
-     "precision tuned by the marginal likelihood; --num-samples draws of the last layer.")
-    swag: bool = False
-    ("SWAG (Maddox et al. 2019): train by SGD (--optimizer sgd), fit a Gaussian with a diagonal plus rank-K covariance "
-     "to the iterates of the epochs after --swag.start, and predict with --num-samples draws of it (BatchNorm "
-     "statistics recomputed for each); with --ensemble M, MultiSWAG: M SWAGs from their own seeds.")
     swag_start: Annotated[Optional[int], arg(name="swag.start", metavar="T",
-                                             help_behavior_hint="(default: half the epochs, at most all but 2)")] = None
+                                             help_behavior_hint="(default: half the epochs, at most all but 2)")] = (
+        _default(SWAGMethod, "start"))
     """SWAG: collect the iterate after each epoch from epoch T+1 on (at least two epochs)."""
-    swag_rank: Annotated[int, arg(name="swag.rank", metavar="K")] = _default(SWAG, "rank")
+    swag_rank: Annotated[int, arg(name="swag.rank", metavar="K")] = _default(SWAGMethod, "rank")
     """SWAG: the deviations kept, the rank of the low-rank covariance (at least 2)."""
-    swag_lr: Annotated[Optional[float], arg(name="swag.lr", metavar="FLOAT",
-                                            help_behavior_hint="(default: --lr throughout)")] = None
-    ("SWAG: the learning rate of the collection (per example); --lr falls to it linearly from 0.5 T to 0.9 T, as "
-     "Maddox et al. schedule it.")
-    sgmcmc: Annotated[Literal[("none", *SGMCMC_SAMPLERS)], arg(name="sgmcmc")] = "none"
-    ("Sample the posterior by stochastic-gradient MCMC from the point weights' initialisation, --lr per example: "
-     "sgld (Welling & Teh 2011), sghmc (Chen et al. 2014, momentum 0.9), csghmc (Zhang et al. 2020: 4 cosine cycles "
-     "of the step size, noise in the last 10 % of each); a draw is kept at the end of every epoch past the burn-in "
-     "(the first half of the run), or past the exploration of its cycle (the end of a cycle always).")
-    sgmcmc_temperature: Annotated[float, arg(name="sgmcmc.temperature")] = _default(SGMCMC, "temperature")
+    swag_lr: Annotated[Optional[float], arg(name="swag.lr", metavar="FLOAT", help_behavior_hint=(
+        f"(default: --lr throughout; --method swag: {_default(SWAGMethod, 'swa_lr')})"))] = None
+    ("SWAG: the learning rate of the collection (per example), at most --lr; --lr falls to it linearly from 0.5 T to "
+     "0.9 T, as Maddox et al. schedule it.")
+    sgmcmc_temperature: Annotated[float, arg(name="sgmcmc.temperature")] = _default(SGMCMCMethod, "temperature")
     """SG-MCMC: the posterior's temperature T, p(w | D)^(1/T) (1: the posterior; < 1: a cold posterior)."""
     sgmcmc_friction: Annotated[Optional[float], arg(name="sgmcmc.friction", metavar="FLOAT",
                                                     help_behavior_hint="(default: the sampler's)")] = None
@@ -501,9 +469,19 @@ class PosteriorOptions:
                                                        help_behavior_hint="(default: the sampler's)")] = None
     ("SG-MCMC: the fraction of each cycle (without cycles: of the run, the burn-in) before draws are kept; in a "
      "cycle it runs without noise (sgld, sghmc: 0.5; csghmc: 0.9).")
-    sgmcmc_chains: Annotated[int, arg(name="sgmcmc.chains", metavar="C")] = 1
+    sgmcmc_chains: Annotated[int, arg(name="sgmcmc.chains", metavar="C")] = _default(SGMCMCMethod, "chains")
     ("SG-MCMC: chains from the initialisations of seeds seed..seed+C-1, run as one stacked network (the same batches, "
      "each its own noise; not with --augment or --val-size).")
+    ivon_ess: Annotated[Optional[float], arg(name="ivon.ess", metavar="FLOAT",
+                                             help_behavior_hint="(default: the training set's size N)")] = (
+        _default(IVON, "ess"))
+    """IVON: the effective sample size lambda (larger than N: a colder posterior)."""
+    ivon_hess_init: Annotated[float, arg(name="ivon.hess-init")] = _default(IVON, "hess_init")
+    """IVON: h0, the initial Hessian (the initial standard deviation is 1 / sqrt(lambda (h0 + weight decay)))."""
+    ivon_beta1: Annotated[float, arg(name="ivon.beta1")] = _default(IVON, "beta1")
+    """IVON: the gradient's momentum."""
+    ivon_beta2: Annotated[float, arg(name="ivon.beta2")] = _default(IVON, "beta2")
+    """IVON: the Hessian's momentum (close to 1: h moves little in a short run)."""
 
 
 @dataclass
@@ -568,7 +546,7 @@ class RunConfig(_Config):
     guide: GuideOptions = field(default_factory=GuideOptions)
     likelihood: LikelihoodOptions = field(default_factory=LikelihoodOptions)
     optim: Annotated[OptimOptions, arg(name="optimisation")] = field(default_factory=OptimOptions)
-    posterior: OmitArgPrefixes[PosteriorOptions] = field(default_factory=PosteriorOptions)
+    method_options: OmitArgPrefixes[MethodOptions] = field(default_factory=MethodOptions)
     calibration: OmitArgPrefixes[CalibrationOptions] = field(default_factory=CalibrationOptions)
     output: OmitArgPrefixes[OutputOptions] = field(default_factory=OutputOptions)
 
@@ -580,8 +558,8 @@ class RunConfig(_Config):
 MCMC_MODELS = ("mlp",)
 """The networks ``pyrobnn mcmc`` samples (``--model``)."""
 
-MCMC_MAX_WEIGHTS = 5_000
-"""The most Bayesian weights ``pyrobnn mcmc`` samples: the dimension of the space NUTS explores."""
+MCMC_MAX_WEIGHTS = MAX_WEIGHTS
+"""The most Bayesian weights ``pyrobnn mcmc`` samples: NUTS's (:data:`pyrobnn.methods.nuts.MAX_WEIGHTS`)."""
 
 
 def toy_dataset(name: str) -> str:
@@ -658,9 +636,9 @@ class MCMCModelOptions(ModelOptions):
     """Hidden widths of the mlp, e.g. 16 16."""
     dropout: Suppress[float] = 0.0  # the potential energy must be deterministic in the weights
     init_from: Suppress[Optional[Path]] = None  # NUTS samples the weights; it starts from the seeded initial values
-    lora_rank: Suppress[int] = 8  # pretrained networks are fine-tuned with `pyrobnn train`
-    lora_alpha: Suppress[float] = 16.0
-    lora_targets: Suppress[tuple[str, ...]] = ("query", "value")
+    lora_rank: Suppress[int] = _default(LoRA, "r")  # pretrained networks are fine-tuned with `pyrobnn train`
+    lora_alpha: Suppress[float] = _default(LoRA, "alpha")
+    lora_targets: Suppress[tuple[str, ...]] = _default(LoRA, "targets")
 
 
 @dataclass
@@ -685,26 +663,26 @@ class MCMCPriorOptions(PriorOptions):
 class MCMCOptions:
     """No-U-Turn sampling of the exact posterior (pyrobnn.infer.mcmc, Hoffman & Gelman 2014)."""
 
-    num_samples: Annotated[int, _flat()] = _default(sample_posterior, "num_samples")
+    num_samples: Annotated[int, _flat()] = _default(NUTS, "num_samples")
     """Draws kept per chain, after the warm-up."""
-    warmup: Annotated[int, _flat()] = _default(sample_posterior, "warmup")
+    warmup: Annotated[int, _flat()] = _default(NUTS, "warmup")
     """Warm-up steps per chain, which adapt the step size and a diagonal mass matrix and are discarded."""
-    num_chains: Annotated[int, _flat()] = _default(sample_posterior, "num_chains")
+    num_chains: Annotated[int, _flat()] = _default(NUTS, "num_chains")
     ("Chains, from the seeded initial weights plus --init-jitter noise (the batched sampler runs them all in one "
      "pass, so more cost little); split R-hat compares 2 or more.")
-    target_accept: Annotated[float, _flat()] = _default(sample_posterior, "target_accept")
+    target_accept: Annotated[float, _flat()] = _default(NUTS, "target_accept")
     """Acceptance probability the step-size adaptation aims for, in (0, 1); raise it when transitions diverge."""
-    max_tree_depth: Annotated[int, _flat()] = _default(sample_posterior, "max_tree_depth")
+    max_tree_depth: Annotated[int, _flat()] = _default(NUTS, "max_tree_depth")
     """Largest NUTS tree depth: at most 2^depth - 1 leapfrog steps per draw."""
-    init_jitter: Annotated[float, _flat()] = _default(sample_posterior, "init_jitter")
+    init_jitter: Annotated[float, _flat()] = _default(NUTS, "init_jitter")
     """Standard deviation of the Gaussian noise added to the initial weights of each chain."""
-    map_steps: Annotated[int, _flat()] = _default(sample_posterior, "map_steps")
+    map_steps: Annotated[int, _flat()] = _default(NUTS, "map_steps")
     ("Full-batch Adam steps (lr 0.01) on the log posterior before sampling: the chains start at its MAP estimate, "
      "inside one basin; 0 starts them at the seeded initial weights.")
-    sampler: Annotated[_choices(SAMPLERS), _flat()] = _default(sample_posterior, "sampler")
+    sampler: Annotated[_choices(SAMPLERS), _flat()] = _default(NUTS, "sampler")
     ("batched: every chain in one pass of the network per leapfrog step; pyro: Pyro's NUTS, one chain after the "
      "other; auto: batched when the network can run it.")
-    compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(sample_posterior, "compile")
+    compile: Annotated[_choices(COMPILE_MODES), _flat()] = _default(NUTS.train, "compile")
     ("How a leapfrog step runs (the network's forward and backward pass and the sampler's bookkeeping): none "
      "(eagerly), trace (one graph, recorded at once), inductor (fused kernels, seconds to build, several times "
      "faster), auto (trace, then inductor once the run is long enough). With --sampler pyro: trace records the "

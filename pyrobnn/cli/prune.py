@@ -15,7 +15,7 @@ from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.checks import positive_int
 from pyrobnn.cli.options import MAX_MEMORY_HINT
 from pyrobnn.cli.report import console, metrics_table, percent
-from pyrobnn.cli.runs import gigabytes, restore, seed_of, test_report
+from pyrobnn.cli.runs import gigabytes, load_run, seed_of, test_report
 from pyrobnn.device import DEVICE_METAVAR
 from pyrobnn.files import check_writable, write_json
 
@@ -76,14 +76,14 @@ def prune(args: Prune) -> dict:
     for flag, path in (("--out", args.out), ("--json", args.json)):
         if path is not None:
             check_writable(path, flag)
-    state, cfg, data, model, guide = restore(args.checkpoint, args.data_root, args.device, draws=False)
-    seed = seed_of(cfg) if args.seed is None else args.seed
+    state, run, data, posterior = load_run(args.checkpoint, args.data_root, args.device, draws=False)
+    seed = seed_of(run.config) if args.seed is None else args.seed
+    guide = posterior.guide
     masks = _masks(args, guide, seed)
-    moments = cfg.optim.estimator == "vdp"
-    report = dict(moments=moments, max_memory=gigabytes(args.max_memory))
-    before = test_report(model, guide, data, args.num_samples, seed, **report)
+    report = dict(num_samples=args.num_samples, max_memory=gigabytes(args.max_memory))
+    before = test_report(posterior, data, seed, **report)
     apply_masks(guide, masks)
-    after = test_report(model, guide, data, args.num_samples, seed, **report)
+    after = test_report(posterior, data, seed, **report)
     removed = sparsity(masks)
     console.print(metrics_table(f"{args.checkpoint}: {args.method} pruning, {percent(removed['total'])} "
                                 "of weights removed", {"before": before, "after": after}))

@@ -13,7 +13,8 @@ from rich.table import Table
 from pyrobnn.checks import one_line
 
 __all__ = ["console", "say", "warn", "one_line_warnings", "error_line", "num", "percent", "epoch_line",
-           "calibration_line", "metrics_table", "diagnostics_table", "draws_shape", "json_safe", "prior_name", "shown"]
+           "calibration_line", "metrics_table", "diagnostics_table", "draws_shape", "json_safe", "prior_name", "shown",
+           "rate"]
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 """Tables go to stdout at the terminal's width, or 200 columns when the output is a file or a pipe (rich would
@@ -189,3 +190,12 @@ def shown(value) -> str:
     if isinstance(value, (tuple, list)):
         return " ".join(map(str, value))
     return "(none)" if value is None else str(value)
+
+
+def rate(method, model, epochs: int) -> str:
+    """The rate a run trains ``model`` at, as its header and a divergence name it: ``lr 0.05`` (the method's
+    per-example rate, ``--lr``), and where it is per unit noise (:meth:`~pyrobnn.methods.Method.rate_factor`) what
+    it is at the model's noise: ``lr 0.01 (per unit noise: 0.00017 at noise 0.13)``."""
+    lr, factor = method.learning_rate, method.rate_factor(model, epochs)
+    return f"lr {lr:.4g}" + ("" if factor == 1 else
+                              f" (per unit noise: {lr * factor:.4g} at noise {math.sqrt(factor):.4g})")

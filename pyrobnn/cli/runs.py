@@ -1,23 +1,25 @@
-"""Run persistence: a run's data, its test report, restoring a checkpoint, checking a resume, NUTS draws files."""
+"""Run persistence: a run's data, its test report (through its posterior: :class:`~pyrobnn.methods.Posterior`),
+loading a checkpoint's posterior (:func:`load_run`, through :func:`~pyrobnn.methods.load_posterior`), checking a
+resume."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from pathlib import Path
 from typing import Optional
 
 import pyro
 import torch
 
-from pyrobnn.analysis.calibration import calibrate, minimum_rows, predicted
-from pyrobnn.analysis.evaluate import evaluate as evaluate_posterior
+from pyrobnn.analysis.calibration import Calibrator, minimum_rows
 from pyrobnn.analysis.evaluate import monte_carlo_error
 from pyrobnn.analysis.metrics import classification_report, ood_metrics, reliability_diagram
 from pyrobnn.analysis.shift import evaluate_corruptions
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.checks import one_line, positive
-from pyrobnn.cli.build import build, build_network, dataset_options, method_of
+from pyrobnn.cli.build import Run, build_network, dataset_options, method_of, network_spec_of
 from pyrobnn.cli.options import RESUMABLE, MCMCConfig, RunConfig
 from pyrobnn.cli.report import metrics_table, say, shown
 from pyrobnn.data import canonical_name, load_dataset
@@ -25,15 +27,14 @@ from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
 from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
 from pyrobnn.device import device_of, resolve_device
-from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.mcmc import MCMCResult
 from pyrobnn.infer.predict import LEAST_DRAWS, sized_draws
-from pyrobnn.methods import DRAWS_KINDS
+from pyrobnn.methods import DRAWS_KINDS, load_posterior
 
 __all__ = [
            "seed_of", "augmentation", "load_data", "CALIBRATION_SEED", "calibration_split", "load_ood", "test_report",
            "check_severities", "check_corruptible", "corrupted_report", "metrics_tables", "load_states", "is_draws",
-           "stored_config", "check_resume", "restore", "fit_options"]
+           "stored_config", "check_resume", "load_run", "restore", "fit_options"]
 
 def seed_of(cfg) -> int:
     return cfg.output.seed if isinstance(cfg, MCMCConfig) else cfg.optim.seed
@@ -70,12 +71,11 @@ def load_data(cfg, validation: bool = False):
 
 def text_options(cfg) -> dict:
     """What a text dataset's loader takes from the run: ``--data.max-length`` and, for a pretrained network
-    (``--model hf:...``), its own tokenizer (:func:`pyrobnn.networks.hf.load_tokenizer`)."""
+    (``--model hf:...``), its own tokenizer (:meth:`~pyrobnn.networks.NetworkSpec.tokenizer`)."""
     options = {} if getattr(cfg.data, "max_length", None) is None else {"max_length": cfg.data.max_length}
-    if cfg.model.name.lower().startswith("hf:"):
-        from pyrobnn.networks.hf import load_tokenizer
-
-        options["tokenizer"] = load_tokenizer(cfg.model.name[3:])
+    tokenizer = network_spec_of(cfg).tokenizer()
+    if tokenizer is not None:
+        options["tokenizer"] = tokenizer
     return options
 
 
@@ -156,37 +156,39 @@ def gigabytes(value: Optional[float]) -> Optional[int]:
     return None if value is None else int(positive("--max-memory (GB)", value) * 1e9)
 
 
-def test_report(model, guide, data, num_samples: int, seed: int, reliability: Optional[Path] = None,
-                moments: bool = False, max_memory: Optional[int] = None, progress: bool = False,
-                ood=None, held_out=None, coverage: float = 0.9) -> dict:
-    """Test metrics of the posterior predictive, drawn after ``pyro.set_rng_seed(seed)``; the
-    reliability diagram of the same predictions goes to ``reliability`` (a PNG file) when given. Each pass holds
-    at most ``max_memory`` bytes (:func:`~pyrobnn.infer.predict.predictive_outputs`). A classifier's report is
+def test_report(posterior, data, seed: int, reliability: Optional[Path] = None, max_memory: Optional[int] = None,
+                progress: bool = False, ood=None, held_out=None, coverage: float = 0.9,
+                num_samples: Optional[int] = None) -> dict:
+    """Test metrics of ``posterior``'s predictive (:meth:`~pyrobnn.methods.Posterior.predicted`, ``num_samples``
+    draws: its own by default), drawn after ``pyro.set_rng_seed(seed)``; the reliability diagram of the same
+    predictions goes to ``reliability`` (a PNG file) when given. Each pass holds at most ``max_memory`` bytes
+    (:func:`~pyrobnn.infer.predict.predictive_outputs`). A classifier's report is
     :func:`~pyrobnn.analysis.metrics.classification_report` (with the reliability bins and the uncertainty split);
     with ``ood`` (:func:`load_ood`), whose test inputs are predicted after the test set, also ``"ood"``: the
     dataset's name and :func:`~pyrobnn.analysis.metrics.ood_metrics`. ``held_out`` (:func:`calibration_split`'s
     rows, predicted as the test set after the same seed) adds the calibrated metrics of a
-    :class:`~pyrobnn.analysis.calibration.Calibrator` at ``coverage`` fitted on them."""
-    options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress, moments=moments)
+    :class:`~pyrobnn.analysis.calibration.Calibrator` at ``coverage`` fitted on them. A regression's metrics are in
+    the target's original units where the loader standardised it."""
+    options = dict(num_samples=num_samples, max_memory=max_memory, progress=progress)
     calibrator = None
     if held_out is not None:
         pyro.set_rng_seed(seed)
-        calibrator = calibrate(model, guide, *held_out, coverage=coverage, **options)
+        calibrator = Calibrator(coverage).fit(posterior.predicted(held_out[0], **options)[1], held_out[1])
     pyro.set_rng_seed(seed)
-    if data.task != "classification":  # in the target's original units where the loader standardised it
+    if data.task != "classification":
         target_scale = None if data.y_std is None else (data.y_mean, data.y_std)
-        return evaluate_posterior(model, guide, data.x_test, data.y_test, target_scale=target_scale,
-                                  calibration=calibrator, mc_error=True, **options)
-
-    pred, mixture = predicted(model, guide, data.x_test, **options)
+        return posterior.evaluate(data.x_test, data.y_test, target_scale=target_scale, calibration=calibrator,
+                                  mc_error=True, **options)
+    pred, mixture = posterior.predicted(data.x_test, **options)
     if reliability is not None:
         reliability_diagram(pred["probs"].cpu(), data.y_test, reliability,
-                            title=f"{data.name}: {len(data.y_test)} test examples, {num_samples} samples")
+                            title=f"{data.name}: {len(data.y_test)} test examples, "
+                                  f"{num_samples or posterior.num_samples} samples")
     report = {**classification_report(pred, data.y_test), "mc_error": monte_carlo_error(mixture, data.y_test)}
     if calibrator is not None:
         report.update(calibrator.report(mixture, data.y_test))
     if ood is not None:
-        shifted = predicted(model, guide, ood.x_test, **options)[0]
+        shifted = posterior.predicted(ood.x_test, **options)[0]
         report["ood"] = {"dataset": ood.name, **ood_metrics(pred, shifted)}
         if ood.classes is not None and ood.classes == data.classes:  # the same labels: a shift, scored as the test
             report["ood"]["shifted"] = classification_report(shifted, ood.y_test)
@@ -206,16 +208,17 @@ def check_corruptible(cfg, data) -> None:
         raise ValueError(f"--corruptions needs an image classification dataset; {cfg.data.dataset} is not one")
 
 
-def corrupted_report(model, guide, cfg, data, severities, corruptions, num_samples: int, seed: int,
+def corrupted_report(posterior, cfg, data, severities, corruptions, num_samples: int, seed: int,
                      max_memory: Optional[int] = None, progress: bool = False) -> dict:
-    """:func:`~pyrobnn.analysis.shift.evaluate_corruptions` of the test images (the images in [0, 1]: the
-    normalisation of ``--augment`` is undone before corrupting and applied to every corrupted batch), drawn after
-    ``pyro.set_rng_seed(seed)``."""
+    """:func:`~pyrobnn.analysis.shift.evaluate_corruptions` of ``posterior`` on the test images (the images in
+    [0, 1]: the normalisation of ``--augment`` is undone before corrupting and applied to every corrupted batch), drawn
+    after ``pyro.set_rng_seed(seed)``."""
     check_corruptible(cfg, data)
     aug = augmentation(cfg, data)
     images = data.x_test if aug is None else aug.denormalize(data.x_test)
     pyro.set_rng_seed(seed)
-    return evaluate_corruptions(model, guide, images, data.y_test, corruptions=corruptions, severities=severities,
+    return evaluate_corruptions(posterior.model, posterior.guide, images, data.y_test, corruptions=corruptions,
+                                severities=severities,
                                 num_samples=num_samples, transform=None if aug is None else aug.normalize,
                                 seed=seed, progress=progress, max_memory=max_memory)
 
@@ -239,19 +242,19 @@ TRAINING_ROWS = 1000
 """The training rows whose accuracy :func:`training_accuracy` checks against chance."""
 
 
-def training_accuracy(model, guide, data, transform=None, moments: bool = False,
-                      max_memory: Optional[int] = None, size: int = TRAINING_ROWS, draws: int = 10
-                      ) -> tuple[float, float]:
-    """The predictive accuracy on ``size`` training examples drawn at random (seed 0, whatever the order of the
-    rows: a data set stored class by class would put one class first) with ``draws`` posterior samples, rounded up to a
-    multiple of a mixture guide's components, and the chance level there, the frequency of the majority class:
+def training_accuracy(posterior, data, transform=None, max_memory: Optional[int] = None, size: int = TRAINING_ROWS,
+                      draws: int = 10) -> tuple[float, float]:
+    """``posterior``'s predictive accuracy on ``size`` training examples drawn at random (seed 0, whatever the order
+    of the rows: a data set stored class by class would put one class first) with ``draws`` posterior samples,
+    rounded up to a multiple of a mixture guide's components, and the chance level there, the frequency of the
+    majority class:
     a run at chance learned nothing."""
     rows = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(0))[:size]
     x, y = data.x_train[rows], data.y_train[rows]
     if transform is not None:
-        x = transform.normalize(x.to(device_of(guide, model)))
-    samples = guide.num_components * math.ceil(draws / guide.num_components)
-    metrics = evaluate_posterior(model, guide, x, y, num_samples=samples, moments=moments, max_memory=max_memory)
+        x = transform.normalize(x.to(device_of(posterior.guide, posterior.model)))
+    components = getattr(posterior.guide, "num_components", 1)
+    metrics = posterior.evaluate(x, y, num_samples=components * math.ceil(draws / components), max_memory=max_memory)
     return metrics["accuracy"], float(torch.bincount(y).max()) / len(y)
 
 
@@ -311,11 +314,14 @@ def check_resume(cfg: RunConfig, path: Path, state: dict) -> None:
                          f"checkpoint's values, or train into another --out")
 
 
-def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,
+def load_run(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,
              draws: bool = True):
-    """The checkpoint's state and config, its dataset, and its model and guide with the trained values,
-    on ``device`` (``data_root`` and ``test_size`` override the trained run's when given). The guide of a
-    ``draws.pt`` of ``pyrobnn mcmc`` is its empirical posterior; ``draws=False`` refuses such a file."""
+    """``(state, run, data, posterior)`` of a checkpoint written by ``pyrobnn train`` (its ``checkpoint.pt`` or
+    ``draws.pt``) or ``pyrobnn mcmc`` (its ``draws.pt``): the stored state, the run of its configuration (a
+    :class:`~pyrobnn.cli.build.Run`; an :class:`~pyrobnn.cli.options.MCMCConfig` for NUTS draws), its dataset, and
+    the posterior loaded by :func:`~pyrobnn.methods.load_posterior` on ``device`` into the model (and guide) built as
+    the trained ones (``data_root`` and ``test_size`` override the trained run's when given); ``draws=False`` refuses
+    a draws file."""
     state = load_checkpoint(checkpoint)
     if is_draws(state) and not draws:
         raise ValueError(f"checkpoint {checkpoint} holds {DRAWS_KINDS[state['kind']]}, not a variational "
@@ -325,12 +331,25 @@ def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size:
         cfg.data.data_root = data_root
     if test_size is not None:
         cfg.data.test_size = test_size
-    device = resolve_device(device)
     data = load_data(cfg)
+    run = cfg if isinstance(cfg, MCMCConfig) else Run.of(cfg)
     if is_draws(state):
-        model = build_network(cfg, data)
-        guide = Draws.load(checkpoint, model, state).guide()
+        model, guide = build_network(cfg, data), None
     else:
-        model, guide = build(cfg, data)
-        load_states(checkpoint, state, model, guide)
-    return state, cfg, data, model.to(device), guide.to(device)
+        model, guide = run.build(data)
+    posterior = load_posterior(checkpoint, model, guide,  # a file that does not fit: one ValueError naming it
+                               posterior=None if isinstance(run, MCMCConfig) else run.method.posterior)
+    device = resolve_device(device)
+    posterior.model.to(device)
+    posterior.guide = posterior.guide.to(device)
+    return state, run, data, posterior
+
+
+def restore(checkpoint: Path, data_root: Optional[Path], device: str, test_size: Optional[int] = None,
+            draws: bool = True):
+    """Deprecated: :func:`load_run`, whose posterior holds the model and guide. ``(state, config, data, model,
+    guide)``."""
+    warnings.warn("pyrobnn.cli.runs.restore is deprecated: use load_run (state, run, data, posterior)",
+                  DeprecationWarning, stacklevel=2)
+    state, run, data, posterior = load_run(checkpoint, data_root, device, test_size, draws)
+    return state, getattr(run, "config", run), data, posterior.model, posterior.guide

@@ -54,9 +54,14 @@ class Draws(Histories):
     """Every kind of ``draws.pt`` -> what it holds: each subclass's :attr:`kind` and :attr:`description`, entered
     as the subclass is defined."""
 
+    CLASSES: ClassVar[dict[str, type]] = {}
+    """Every kind of ``draws.pt`` -> the class that wrote it, which :meth:`load` reads it back as (a reloaded SWAG
+    posterior is a :class:`~pyrobnn.infer.swag.SWAGResult`, of kind ``swag``)."""
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         Draws.KINDS[cls.kind] = cls.description
+        Draws.CLASSES[cls.kind] = cls
 
     def __post_init__(self):
         if not self.draws:
@@ -99,19 +104,21 @@ class Draws(Histories):
 
     def save(self, path: str | Path, **metadata) -> None:
         """Write the ``draws.pt`` that :meth:`load` reads back: :attr:`kind`, the network's deterministic state, the
-        draws and the network's own state of each, :meth:`report` under :attr:`kind`, and ``metadata`` (the command
-        line stores its configuration as ``config``); written atomically."""
+        draws and the network's own state of each, :meth:`report` under :attr:`kind` (unless ``metadata`` has it:
+        the report a reloaded posterior kept), and ``metadata`` (the command line stores its configuration as
+        ``config``); written atomically."""
         save_checkpoint(path, {
             "kind": self.kind, "model": self.model.state_dict(),
             "guide": {}, "epoch": None,  # keys every pyrobnn checkpoint has; draws have neither guide nor epochs
             "draws": _saved(self.draws), **({"state": _saved(self.state)} if self.state else {}),
-            self.kind: self.report(), **metadata})
+            **({} if self.kind in metadata else {self.kind: self.report()}), **metadata})
 
     @staticmethod
     def load(path: str | Path, model: torch.nn.Module, state: dict | None = None) -> "Draws":
         """The draws of the ``draws.pt`` at ``path`` (``state``: the file, already loaded), replayed in ``model``,
-        whose deterministic state it loads; draws that do not fit ``model``'s sites are one ``ValueError`` naming the
-        file."""
+        whose deterministic state it loads, as the class of its kind (:data:`CLASSES`; the draws and the network's
+        state of each, the kind's own fields at their defaults: its report is the file's); draws that do not fit
+        ``model``'s sites are one ``ValueError`` naming the file."""
         state = load_checkpoint(path) if state is None else state
         draws = state.get("draws")
         if (not isinstance(draws, dict) or not draws
@@ -132,7 +139,7 @@ class Draws(Histories):
         if any(name not in known or tuple(value.shape[2:]) != tuple(known[name].shape) for name, value in own.items()):
             raise ValueError(f"checkpoint {path}: the network state of its draws does not fit the model (another "
                              "network or sizes?)")
-        return Draws(model, dict(draws), state=dict(own))
+        return Draws.CLASSES.get(state.get("kind"), Draws)(model, dict(draws), state=dict(own))
 
 
 def _saved(draws: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

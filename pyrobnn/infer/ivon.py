@@ -33,15 +33,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 import torch
 
 from pyrobnn.checks import in_range, nonnegative, positive, positive_int
+from pyrobnn.infer.draws import Draws
+from pyrobnn.infer.iterates import site_parameters
 from pyrobnn.infer.optim import trained_parameters
 
-__all__ = ["IVONOptimizer", "IVONOptim"]
+__all__ = ["IVONOptimizer", "IVONOptim", "IVONResult"]
 
 
 class IVONOptimizer(torch.optim.Optimizer):
@@ -55,8 +57,8 @@ class IVONOptimizer(torch.optim.Optimizer):
     :param clip_radius: r (inf: no clipping).
     """
 
-    def __init__(self, params, lr: float, ess: float, hess_init: float = 1.0, beta1: float = 0.9,
-                 beta2: float = 0.99999, weight_decay: float = 1e-4, clip_radius: float = math.inf):
+    def __init__(self, params, lr: float, ess: float, hess_init: float, beta1: float, beta2: float,
+                 weight_decay: float, clip_radius: float = math.inf):
         positive("lr", lr)
         positive("ess (the effective sample size)", ess)
         positive("hess_init (the initial Hessian)", hess_init)
@@ -182,12 +184,12 @@ class IVONOptim:
     :math:`1/\sqrt{\lambda(h+\delta)}` and every step of :math:`m` exactly the authors' on :math:`\bar\ell` (the
     logged learning rate is the per-example α). ``ess`` None: N."""
 
-    lr: float = 0.1
-    ess: Optional[float] = None
-    hess_init: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.99999
-    weight_decay: float = 1e-4
+    lr: float
+    ess: Optional[float]
+    hess_init: float
+    beta1: float
+    beta2: float
+    weight_decay: float
     clip_radius: float = math.inf
 
     def __post_init__(self):
@@ -210,3 +212,43 @@ class IVONOptim:
         for group in optimizer.param_groups:
             group["rate_scale"] = float(n)  # the per-example rate it stands for (per_example_rate: the logs)
         return optimizer
+
+
+@dataclass
+class IVONResult(Draws):
+    """``num_samples`` draws ``{site: (1, S, ...)}`` of IVON's Gaussian over the model's Bayesian sites, the network
+    they are replayed in, the training history, and the Gaussian's mean and standard deviation per site."""
+
+    mean: dict[str, torch.Tensor] = field(default_factory=dict)
+    std: dict[str, torch.Tensor] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    kind: ClassVar[str] = "ivon"
+    description: ClassVar[str] = "IVON draws written by `pyrobnn train --method ivon`"
+
+    @classmethod
+    def of(cls, model, guide, optimizer: IVONOptimizer, num_samples: int, seed: int, histories=(),
+           settings=None) -> "IVONResult":
+        r"""``num_samples`` draws of the Gaussian ``optimizer`` holds over ``guide``'s point values,
+        :math:`\sigma = 1/\sqrt{\lambda(h + \delta)}` (:meth:`~pyrobnn.infer.ivon.IVONOptimizer.scales`), drawn
+        with a generator seeded by ``seed``."""
+        sites = site_parameters(guide, "IVON")
+        scales = {id(p): scale for group in optimizer.param_groups
+                  for p, scale in zip(group["params"], optimizer.scales(group))}
+        mean, std, draws = {}, {}, {}
+        for name, parameter in sites.items():
+            mean[name], std[name] = parameter.detach().clone(), scales[id(parameter)]
+            generator = torch.Generator(parameter.device).manual_seed(seed + len(draws))
+            noise = torch.randn((num_samples, *parameter.shape), generator=generator, device=parameter.device)
+            draws[name] = (mean[name] + std[name] * noise.to(mean[name])).unsqueeze(0)
+        return cls(model, draws, list(histories), mean=mean, std=std, settings=dict(settings or {}))
+
+    def report(self) -> dict:
+        """The settings, the draws, and the Gaussian's standard deviation: its mean and largest over the weights."""
+        stds = torch.cat([value.flatten() for value in self.std.values()])
+        return {**self.settings, "draws": len(self), "std_mean": float(stds.mean()), "std_max": float(stds.max())}
+
+    def summary(self) -> str:
+        report = self.report()
+        return (f"{len(self)} draws of the Gaussian IVON learned (standard deviation {report['std_mean']:.3g} on "
+                f"average, at most {report['std_max']:.3g})")

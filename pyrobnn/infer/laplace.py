@@ -67,6 +67,18 @@ class LaplaceResult(Draws):
                 f"marginal likelihood, log {self.log_marginal_likelihood:.4g})")
 
 
+
+def _laplace_torch():
+    """laplace-torch's ``Laplace`` (the ``laplace`` extra), imported without its dependencies' FutureWarning about
+    ``torch.jit.script`` (theirs: a user's run would print it on every Laplace fit)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
+            from laplace import Laplace
+    except ImportError:
+        raise ImportError("the Laplace approximation needs laplace-torch: pip install 'pyrobnn[laplace]'") from None
+    return Laplace
+
 def last_linear(model) -> tuple[nn.Linear, dict[str, str]]:
     """The network's last ``nn.Linear`` and ``{attribute: site name}`` of its Bayesian parameters (``weight`` needed);
     a network without one is a ``ValueError``."""
@@ -137,10 +149,7 @@ def fit_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, num_samples: 
         images), as in training but without random augmentation.
     """
     num_samples = positive_int("num_samples", num_samples)
-    try:
-        from laplace import Laplace
-    except ImportError:
-        raise ImportError("the Laplace approximation needs laplace-torch: pip install 'pyrobnn[laplace]'") from None
+    Laplace = _laplace_torch()
     values = point_values(guide)
     likelihood, sigma_noise = _likelihood(model)
     head, sites = last_linear(model)
@@ -260,10 +269,7 @@ def fit_linearized_laplace(model, guide, x: torch.Tensor, y: torch.Tensor, *, se
     fit ``guide``, the others held at their MAP values), its scalar prior precision from 1 tuned by the marginal
     likelihood (``prior_steps`` steps of Adam at 0.1), as Laplace-LoRA's code runs it; or, with ``state``
     (``laplace.state_dict()``), the one saved, without fitting. Attached to the model (:class:`LinearizedLaplace`)."""
-    try:
-        from laplace import Laplace
-    except ImportError:
-        raise ImportError("the Laplace approximation needs laplace-torch: pip install 'pyrobnn[laplace]'") from None
+    Laplace = _laplace_torch()
     if _likelihood(model)[0] != "classification":
         raise ValueError("the linearised Laplace of the adapters takes a Categorical likelihood (classification)")
     network = plain_network(model, point_values(guide), select).to(device_of(guide, model)).eval()

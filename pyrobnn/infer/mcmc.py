@@ -127,13 +127,15 @@ class MCMCResult(Draws):
                                sample_stats=stats or None, **extra)
 
 
-def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int = 500, warmup: int = 500,
-                     num_chains: int = 2, seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8,
-                     max_tree_depth: int = 10, sampler: str = "auto", compile: str = "auto",
-                     progress: bool = False,
+def sample_posterior(model, x: torch.Tensor, y: torch.Tensor, *, num_samples: int, warmup: int, num_chains: int,
+                     seed: int = 0, init_jitter: float = 0.01, target_accept: float = 0.8, max_tree_depth: int = 10,
+                     sampler: str = "auto", compile: str = "auto", progress: bool = False,
                      max_data: int = MAX_FULL_BATCH, initial: torch.Tensor | None = None, map_steps: int = 0,
                      prediction_x: torch.Tensor | None = None, **renamed) -> MCMCResult:
-    """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS.
+    """Sample the posterior of ``model``'s Bayesian weights on full-batch ``(x, y)`` with NUTS. The run's size has no
+    default here (:class:`pyrobnn.methods.NUTS` holds pyrobnn's draws, warm-up and chains, ``METHODS["nuts"]``); the
+    sampler's own settings do (Hoffman & Gelman's target acceptance and tree depth, as Pyro's and Stan's NUTS), and
+    the method reads them from here.
 
     Every chain starts from the network's current weights (or its row of ``initial``), moved towards the MAP
     estimate by ``map_steps`` Adam steps, plus :math:`\\mathcal N(0, \\text{init\\_jitter}^2)` noise (chains

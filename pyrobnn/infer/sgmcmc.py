@@ -55,7 +55,7 @@ from typing import Callable, ClassVar, Optional, Sequence
 import pyro
 import torch
 
-from pyrobnn.checks import choice, in_range, nonnegative, nonnegative_int, positive, positive_int
+from pyrobnn.checks import choice, deprecated, in_range, nonnegative, nonnegative_int, positive, positive_int
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.ensemble import refuse_trained_state
 from pyrobnn.infer.iterates import EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
@@ -65,7 +65,7 @@ from pyrobnn.infer.replicas import fit_replicas
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.svi import History, fit
 
-__all__ = ["SGHMC", "SGMCMC", "SGMCMC_SAMPLERS", "StepSchedule", "DrawCollector", "SGMCMCResult", "fit_sgmcmc",
+__all__ = ["SGHMC", "SGMCMCOptimizer", "SGMCMC_SAMPLERS", "StepSchedule", "DrawCollector", "SGMCMCResult", "fit_sgmcmc",
            "sampler_options"]
 
 SGMCMC_SAMPLERS: dict[str, dict] = {
@@ -159,8 +159,8 @@ class SGHMC(torch.optim.Optimizer):
     velocity v, not torch's buffer, carries over, as in Zhang et al.'s code.
 
     :param params: the parameters (or groups).
-    :param lr: ε on the loss ``fit`` minimises (the summed negative log joint; :class:`SGMCMC` turns the per-example
-        rate into it).
+    :param lr: ε on the loss ``fit`` minimises (the summed negative log joint; :class:`SGMCMCOptimizer` turns the
+        per-example rate into it).
     :param friction: α in (0, 1]: the momentum is 1 - α (1: SGLD, no momentum).
     :param temperature: T >= 0 (0: no noise, SGD with momentum).
     :param schedule: the step-size multiplier and the noise of each step (:class:`StepSchedule`); None: constant,
@@ -241,10 +241,11 @@ class DrawCollector:
 
 
 @dataclass(frozen=True)
-class SGMCMC:
+class SGMCMCOptimizer:
     """Optimizer factory ``(model, guide) -> SGHMC`` over the point values of a :class:`~pyrobnn.guides.PointGuide`'s
     sites, with a :class:`DrawCollector` as its ``collector``: the sampler of the module docstring, handed to
     :func:`~pyrobnn.infer.svi.fit` or :func:`~pyrobnn.infer.replicas.fit_replicas` (:func:`fit_sgmcmc` does both).
+    The method with its papers' settings is :class:`pyrobnn.methods.SGMCMC` (:data:`SGMCMC_SAMPLERS`).
 
     :param lr: the per-example step size (ε = lr / N on ``fit``'s summed loss, N = ``model.num_data``).
     :param friction: α (1: SGLD; 0.1: momentum 0.9).
@@ -256,13 +257,13 @@ class SGMCMC:
         an epoch, as ``fit`` takes them).
     """
 
-    lr: float = 0.1
-    friction: float = 1.0
-    temperature: float = 1.0
-    cycles: int = 0
-    exploration: float = 0.5
-    epochs: int = 1
-    steps_per_epoch: int = 1
+    lr: float
+    friction: float
+    temperature: float
+    cycles: int
+    exploration: float
+    epochs: int
+    steps_per_epoch: int
 
     def __post_init__(self):
         positive("lr (the per-example step size)", self.lr)
@@ -342,12 +343,20 @@ class SGMCMCResult(Draws):
                 + (f", smallest ESS {ess:.1f}" if ess is not None else ""))
 
 
+def __getattr__(name: str):
+    if name == "SGMCMC":  # the optimizer factory's name before the method took it (pyrobnn.methods.SGMCMC)
+        deprecated("pyrobnn.infer.sgmcmc.SGMCMC",
+                   "pyrobnn.infer.sgmcmc.SGMCMCOptimizer (the method: pyrobnn.methods.SGMCMC)")
+        return SGMCMCOptimizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _REPLICA_OPTIONS = ("elbo", "num_data", "compile", "device")
 """Options of :func:`~pyrobnn.infer.svi.fit` that :func:`~pyrobnn.infer.replicas.fit_replicas` takes too."""
 
 
-def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, friction: float = 1.0,
-               temperature: float = 1.0, cycles: int = 0, exploration: float = 0.5, chains: int = 1,
+def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, friction: float, temperature: float,
+               cycles: int, exploration: float, chains: int = 1,
                make_chain: Optional[Callable[[int], tuple]] = None, epochs: int = 10, batch_size: int = 128,
                seed: int = 0, beta=Constant(1.0), **fit_options) -> SGMCMCResult:
     """Sample the posterior of ``model`` by SG-MCMC (the module docstring), starting from ``guide``'s point values,
@@ -356,8 +365,8 @@ def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, fri
     :param model, guide: chain 0, a :class:`~pyrobnn.BayesianNetwork` with a :class:`~pyrobnn.guides.PointGuide`
         (its values are the chain's state), without trained deterministic state (BatchNorm, a learned noise scale).
     :param x, y: the training data.
-    :param lr, friction, temperature, cycles, exploration: the sampler (:class:`SGMCMC`; :data:`SGMCMC_SAMPLERS`
-        names SGLD, SGHMC and cyclical SGHMC).
+    :param lr, friction, temperature, cycles, exploration: the sampler (:class:`SGMCMCOptimizer`;
+        :data:`SGMCMC_SAMPLERS` names SGLD, SGHMC and cyclical SGHMC).
     :param chains: C; chains 1..C-1 are ``make_chain(c)`` (after ``pyro.set_rng_seed(seed + c)``: their own
         initialisation), and all C run as one stacked network (:func:`~pyrobnn.infer.replicas.fit_replicas`: the same
         batches, each its own noise), which takes no ``transform``, callbacks or checkpoint.
@@ -380,7 +389,7 @@ def fit_sgmcmc(model, guide, x: torch.Tensor, y: torch.Tensor, *, lr: float, fri
     refuse_trained_state(model, "each draw would need its own")
     site_parameters(guide, "SG-MCMC")
     settings = {"friction": friction, "cycles": cycles, "exploration": exploration, "temperature": temperature}
-    sampler = Recorded(SGMCMC(lr, friction, temperature, cycles, exploration, epochs,
+    sampler = Recorded(SGMCMCOptimizer(lr, friction, temperature, cycles, exploration, epochs,
                               math.ceil(x.shape[0] / batch_size)))
     if chains == 1:
         history = fit(model, guide, x, y, epochs=epochs, batch_size=batch_size, optimizer=sampler, seed=seed,

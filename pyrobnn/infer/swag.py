@@ -25,11 +25,12 @@ authors' ``bn_update``), and such draws, which carry the network's own state, re
 MultiSWAG is the equal mixture of M SWAGs trained independently (``members``: seeds ``seed..seed+M-1``, as the
 members of a deep ensemble, :func:`~pyrobnn.infer.ensemble.train_members`), S draws each.
 
-The collection is an optimiser's: :class:`SWAG` is an optimizer factory that builds its inner optimiser (SGD by
-default) and attaches :class:`SWAGMoments`, which updates the moments after the last step of each epoch
-(:class:`~pyrobnn.infer.iterates.EpochEnds`), one vector update per epoch: the SGD epoch costs what it did. The
-learning rate follows the authors' schedule when given one (:func:`swa_schedule`: constant, then linear down to the
-SWA rate over the epochs 0.5 T to 0.9 T, then constant).
+The collection is an optimiser's: :class:`SWAGCollector` is an optimizer factory that builds its inner optimiser
+(SGD: the method :class:`pyrobnn.methods.SWAG` gives it) and attaches :class:`SWAGMoments`, which updates the moments
+after the last step of each epoch (:class:`~pyrobnn.infer.iterates.EpochEnds`), one vector update per epoch: the SGD
+epoch costs what it did. The learning rate follows the authors' schedule when given one (:func:`swa_schedule`:
+constant, then linear down to the SWA rate over the epochs 0.5 T to 0.9 T, then constant). This module states no
+setting of the paper's: the method does (its rank, rates and draws), once.
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ from typing import Callable, ClassVar, Optional, Sequence
 import torch
 
 from pyrobnn._compat import BatchNormBase
-from pyrobnn.checks import nonnegative_int, positive, positive_int
+from pyrobnn.checks import deprecated, nonnegative_int, positive, positive_int
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.ensemble import train_members
 from pyrobnn.infer.iterates import EpochEnds, Recorded, current, positions, refuse_resume, site_parameters
-from pyrobnn.infer.optim import FlatThenLinear, Optim, split_parameters
+from pyrobnn.infer.optim import FlatThenLinear, split_parameters
 from pyrobnn.infer.predict import prediction_mode
 from pyrobnn.infer.svi import History
 
-__all__ = ["SWAG", "SWASchedule", "SWAGMoments", "SWAGResult", "fit_swag", "swa_schedule",
+__all__ = ["SWAGCollector", "SWASchedule", "SWAGMoments", "SWAGResult", "fit_swag", "swa_schedule",
            "recompute_batchnorm", "check_collection", "check_rank", "replicas", "swag_draws"]
 
 SCALE = 0.5
@@ -181,20 +182,22 @@ class SWAGMoments:
 
 
 @dataclass(frozen=True)
-class SWAG:
-    """Optimizer factory: ``optimizer(model, guide)`` (SGD at 0.05 per example by default; its ``schedule``, e.g.
-    :func:`swa_schedule`, and ``warmup_steps`` carry over) with :class:`SWAGMoments` of the point values of a
-    :class:`~pyrobnn.guides.PointGuide`'s sites and the model's own trained parameters as its ``swag``.
+class SWAGCollector:
+    """Optimizer factory: ``optimizer(model, guide)`` (SGD: its ``schedule``, e.g. :func:`swa_schedule`, and
+    ``warmup_steps`` carry over) with :class:`SWAGMoments` of the point values of a
+    :class:`~pyrobnn.guides.PointGuide`'s sites and the model's own trained parameters as its ``swag``. The method
+    with its paper's settings is :class:`pyrobnn.methods.SWAG`.
 
     :param start: T; the iterates after epochs T+1, T+2, ... are collected.
     :param rank: K, the deviations kept (at least 2).
     :param steps_per_epoch: ``ceil(N / B)``, as ``fit`` takes the batches.
+    :param optimizer: the inner optimizer factory.
     """
 
     start: int
-    rank: int = 20
-    steps_per_epoch: int = 1
-    optimizer: Callable[..., torch.optim.Optimizer] = Optim("sgd", 0.05)
+    rank: int
+    steps_per_epoch: int
+    optimizer: Callable[..., torch.optim.Optimizer]
 
     def __post_init__(self):
         nonnegative_int("start (T, the epoch the collection starts from)", self.start)
@@ -218,8 +221,16 @@ class SWAG:
         return optim
 
 
+def __getattr__(name: str):
+    if name == "SWAG":  # the optimizer factory's name before the method took it (pyrobnn.methods.SWAG)
+        deprecated("pyrobnn.infer.swag.SWAG", "pyrobnn.infer.swag.SWAGCollector (the method: pyrobnn.methods.SWAG)")
+        return SWAGCollector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def replicas(recorded: Recorded) -> list[tuple[SWAGMoments, int]]:
-    """``(moments, row)`` of every network the optimisers of ``recorded`` (built by :class:`SWAG`) trained, in order:
+    """``(moments, row)`` of every network the optimisers of ``recorded`` (built by :class:`SWAGCollector`) trained,
+    in order:
     one per ``fit``, one per stacked replica of :func:`~pyrobnn.infer.replicas.fit_replicas`."""
     return [(optim.swag, row) for optim in recorded.made if optim.swag.count
             for row in range(optim.swag.mean[0].shape[0])]
@@ -317,19 +328,18 @@ class SWAGResult(Draws):
                 + (", BatchNorm statistics recomputed for each" if self.batchnorm else ""))
 
 
-def fit_swag(model, guide, x: torch.Tensor, y: torch.Tensor, *, start: int, rank: int = 20, num_samples: int = 30,
-             members: int = 1, make_member: Optional[Callable[[int], tuple]] = None, epochs: int = 10,
-             batch_size: int = 128, optimizer: Callable[..., torch.optim.Optimizer] = Optim("sgd", 0.05),
-             seed: int = 0, transform: Optional[Callable] = None,
-             **fit_options) -> SWAGResult:
+def fit_swag(model, guide, x: torch.Tensor, y: torch.Tensor, *, start: int, rank: int, num_samples: int,
+             optimizer: Callable[..., torch.optim.Optimizer], members: int = 1,
+             make_member: Optional[Callable[[int], tuple]] = None, epochs: int = 10, batch_size: int = 128,
+             seed: int = 0, transform: Optional[Callable] = None, **fit_options) -> SWAGResult:
     """Train by SGD, collect SWAG's moments from epoch ``start`` on and return ``num_samples`` draws of it (of each
     of ``members`` SWAGs: MultiSWAG), as :class:`SWAGResult`.
 
     :param model, guide: member 0, a :class:`~pyrobnn.BayesianNetwork` and a :class:`~pyrobnn.guides.PointGuide`.
     :param x, y: the training data (also the pass that recomputes each draw's BatchNorm statistics).
     :param start: T; the iterates after epochs T+1..``epochs`` are collected (at least two).
-    :param rank: K, the deviations kept (at least 2; Maddox et al.: 20).
-    :param num_samples: S, the draws of each SWAG (Maddox et al.: 30).
+    :param rank: K, the deviations kept (at least 2; :class:`pyrobnn.methods.SWAG` holds Maddox et al.'s).
+    :param num_samples: S, the draws of each SWAG.
     :param members: M SWAGs (MultiSWAG), member m >= 1 from ``make_member(m)`` after ``pyro.set_rng_seed(seed + m)``,
         trained with ``seed + m`` (:func:`~pyrobnn.infer.ensemble.train_members`).
     :param optimizer: the inner optimizer factory (SGD; with :func:`swa_schedule` for the authors' rates).
@@ -346,7 +356,8 @@ def fit_swag(model, guide, x: torch.Tensor, y: torch.Tensor, *, start: int, rank
         raise ValueError(f"members={members} needs make_member=m -> (model, guide) for members 1..{members - 1}")
     refuse_resume(fit_options.get("checkpoint"), "a SWAG run keeps its moments")
     site_parameters(guide, "SWAG")
-    factory = Recorded(SWAG(start, rank, math.ceil(x.shape[0] / positive_int("batch_size", batch_size)), optimizer))
+    factory = Recorded(SWAGCollector(start, rank, math.ceil(x.shape[0] / positive_int("batch_size", batch_size)),
+                                     optimizer))
     pairs, histories = train_members(model, guide, x, y, members=members, make_member=make_member, seed=seed,
                                      epochs=epochs, batch_size=batch_size, optimizer=factory, transform=transform,
                                      **fit_options)

@@ -13,7 +13,7 @@ rules that depend on the run), :mod:`~pyrobnn.methods.lora` (a pretrained networ
 """
 
 from pyrobnn.infer.draws import Draws
-from pyrobnn.methods.base import Method, Variational
+from pyrobnn.methods.base import Method, Refused, Variational
 from pyrobnn.methods.ivon import IVON
 from pyrobnn.methods.lora import finetuned
 from pyrobnn.methods.nuts import NUTS
@@ -25,6 +25,6 @@ DRAWS_KINDS = Draws.KINDS
 """Every kind of ``draws.pt`` (an empirical posterior ``{site: (runs, draws, ...)}``) -> what it holds: the kinds of
 the methods' posteriors (``ensemble``, ``laplace``, ``swag``, ``sgmcmc``, ``mcmc``, ...)."""
 
-__all__ = ["Method", "Variational", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "Posterior",
+__all__ = ["Method", "Variational", "Refused", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "Posterior",
            "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "METHODS", "FAMILIES", "METHOD_NAMES",
            "resolve_method", "DRAWS_KINDS", "finetuned"]

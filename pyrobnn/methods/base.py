@@ -18,8 +18,12 @@ estimates or sample are in :mod:`pyrobnn.methods.posthoc`, :mod:`pyrobnn.methods
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fnmatch
+import inspect
+import itertools
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Union
@@ -28,19 +32,29 @@ import pyro
 import torch
 from torch import nn
 
-from pyrobnn.checks import positive_int
-from pyrobnn.guides import PointGuide
+from pyrobnn.checks import multiples_near, positive_int
+from pyrobnn.guides import MixtureNodeGuide, PointGuide
 from pyrobnn.handlers import ESTIMATORS
+from pyrobnn.handlers.node_draws import check_components
 from pyrobnn.infer.elbo import MeanFieldELBO
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.replicas import fit_replicas
-from pyrobnn.infer.svi import fit
+from pyrobnn.infer.svi import TrainingDiverged, fit
 from pyrobnn.methods.posterior import Posterior, VariationalPosterior
-from pyrobnn.methods.rules import learning_rate, paper_schedule
+from pyrobnn.methods.rules import (
+    guide_class,
+    guide_options,
+    learning_rate,
+    noise_factor,
+    paper_schedule,
+    per_unit_noise,
+    regression_noise,
+)
 from pyrobnn.model import BayesianNetwork, GaussianPrior, Prior
 from pyrobnn.model.protocol import NetworkModel
 
-__all__ = ["Method", "Variational", "GuideFactory", "NetworkSource", "MemberBuilder", "member_builder", "is_model"]
+__all__ = ["Method", "Variational", "Refused", "refusing", "GuideFactory", "NetworkSource", "MemberBuilder",
+           "member_builder", "is_model", "needs_point_estimates"]
 
 GuideFactory = Callable[[nn.Module], nn.Module]
 """``model -> guide``: a guide class, or a ``functools.partial`` of one with its options
@@ -53,6 +67,44 @@ hand), or a function that builds a fresh one (an ensemble's members each need th
 MemberBuilder = Callable[[int], tuple]
 """``m -> (model, guide)``: run m >= 1 of a method that trains several (an ensemble's members, MultiSWAG's SWAGs,
 SG-MCMC's chains), called after ``pyro.set_rng_seed(seed + m)``."""
+
+
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\}")
+
+
+class Refused(ValueError):
+    """What a method refuses of its settings or of a run: one sentence in which every setting is its field between
+    braces (``{swa_lr}``, ``{optimizer.name}``, ``{epochs}``), so that the rule is stated once and read in each
+    interface's words: :meth:`spelled` with the field names (the message, for Python) or with another spelling of
+    them (the command line's options: :func:`pyrobnn.cli.methods.spelled`).
+
+    :param method: the method that refuses.
+    :param template: the sentence.
+    """
+
+    def __init__(self, method, template: str):
+        self.method, self.template = method, template
+        super().__init__(self.spelled())
+
+    def spelled(self, name: Callable[[str], str] = lambda field: field) -> str:
+        """The sentence with each ``{field}`` written ``name(field)``."""
+        return _FIELD.sub(lambda match: name(match.group(1)), self.template)
+
+    def fields(self) -> list[str]:
+        """The fields the sentence names, in order."""
+        return list(dict.fromkeys(_FIELD.findall(self.template)))
+
+
+@contextlib.contextmanager
+def refusing(method):
+    """Any ``ValueError`` raised inside (a check that names a setting as ``"{field}"``) as a :class:`Refused` of
+    ``method``."""
+    try:
+        yield
+    except Refused:
+        raise
+    except ValueError as error:
+        raise Refused(method, str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -101,10 +153,38 @@ class Method(ABC):
     rates are fields of its own (IVON)."""
 
     def __post_init__(self):
+        with refusing(self):
+            self.settings_rules()
+
+    # ------------------------------------------------------------------------------------------------ rules
+
+    def settings_rules(self) -> None:
+        """The method's rules on its own settings, checked at construction (a ``dataclasses.replace`` too): a
+        ``ValueError`` naming each setting as ``"{field}"`` (:class:`Refused`). Subclasses add theirs."""
         if self.estimator not in ESTIMATORS:
-            raise ValueError(f"estimator {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
+            raise ValueError(f"{{estimator}} {self.estimator!r}: choose one of {', '.join(ESTIMATORS)}")
         for name in ("num_particles", "batch_size", "num_samples"):
-            positive_int(name, getattr(self, name))
+            positive_int(f"{{{name}}}", getattr(self, name))
+        if self.estimator == "vdp" and self.num_particles != 1:
+            raise ValueError(f"{{num_particles}} {self.num_particles} does not apply to {{estimator}} vdp: VDP++ "
+                             "propagates moments deterministically, one pass without particles")
+
+    def check(self, model=None, *, epochs: int, rows: Optional[int] = None, **run) -> None:
+        """The method's rules on a run of ``epochs`` over ``rows`` training examples of ``model`` (each checked where
+        given), ``run`` being :meth:`train`'s run options (``transform``, ``on_epoch_end``, ``checkpoint``): a
+        :class:`Refused` naming the settings. :meth:`train` checks its run first; the command line checks before
+        it loads the data (``epochs``), then with the data and the model."""
+        with refusing(self):
+            positive_int("{epochs}", epochs)
+            self.run_rules(model, epochs, rows, run)
+
+    def run_rules(self, model, epochs: int, rows: Optional[int], run: dict) -> None:
+        """:meth:`check`'s rules (``model`` and ``rows``: None where not known yet). Here the noise's: a noise
+        learned by a method whose draws replay several networks' weights in one
+        (:func:`~pyrobnn.methods.rules.regression_noise`)."""
+        likelihood = getattr(model, "likelihood", None)
+        if self.replays_weights and isinstance(getattr(likelihood, "log_scale", None), nn.Parameter):
+            regression_noise(self, learn_scale=True)
 
     # ------------------------------------------------------------------------------------------------ settings
 
@@ -175,7 +255,9 @@ class Method(ABC):
         :param network: an ``nn.Module`` (or a model), or a function that builds a fresh one (:func:`member_builder`):
             with a function, ``seed`` fixes the initial weights too; a module keeps the weights it has (a pre-trained
             network), and runs after the first (an ensemble's members) are copies initialised anew.
-        :param likelihood: the observation model (default :class:`~pyrobnn.model.likelihoods.Categorical`).
+        :param likelihood: the observation model (default: :class:`~pyrobnn.model.likelihoods.Categorical` for
+            integer targets, for floating ones a Gaussian whose noise follows the method's rule,
+            :func:`~pyrobnn.methods.rules.regression_noise`).
         :param include: which parameters are Bayesian (:func:`~pyrobnn.model.conversion.bayesian`).
         :param run: :meth:`train`'s run options.
         :returns: the trained :class:`~pyrobnn.methods.posterior.Posterior`: it predicts, evaluates, draws and saves.
@@ -194,12 +276,23 @@ class Method(ABC):
         torch.Size([32, 3])
         """
         source = member_builder(network)
+        if likelihood is None and not is_model(network) and torch.is_floating_point(y):
+            with refusing(self):
+                likelihood = regression_noise(self)  # the noise rule (pyrobnn.methods.rules)
         options = {} if is_model(network) else dict(likelihood=likelihood, num_data=x.shape[0],
                                                       **({} if include is None else {"include": include}))
         pyro.set_rng_seed(seed)
         model, guide = self.build(source(0), **options)
         return self.train(model, guide, x, y, epochs=epochs, seed=seed, progress=progress,
                           make_member=lambda m: self.build(source(m), **options), **run)
+
+    def posterior(self, model, guide, history=None) -> Posterior:
+        """The posterior of a trained ``model`` and ``guide`` (a training checkpoint's, read back:
+        :func:`~pyrobnn.methods.load_posterior`'s ``posterior``): a
+        :class:`~pyrobnn.methods.posterior.VariationalPosterior` of the method's predictive samples (by moments under
+        VDP++); a method with a predictive of its own returns its own."""
+        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
+                                    **({} if history is None else {"history": history}))
 
     # ------------------------------------------------------------------------------------------------ stacked
 
@@ -218,7 +311,9 @@ class Method(ABC):
                       precision: str = "fp32", transform=None, **run) -> list[Posterior]:
         """Train ``pairs`` ``[(model, guide)]``, P groups of :attr:`runs` consecutive pairs, as one stacked network
         (:func:`~pyrobnn.infer.replicas.fit_replicas`: one step for all, each its own draws; the grid's points
-        that differ only in tensors of the model) and return the P groups' posteriors.
+        that differ only in tensors of the model) and return the P groups' posteriors. Groups whose rates differ
+        (an SGD rate per unit noise on different noises: :func:`~pyrobnn.methods.rules.noise_factor`) are stacked
+        apart, consecutive groups of one rate together.
 
         :param transform: the training transform's deterministic part (normalisation), where a posterior reads the
             training data (SWAG's BatchNorm statistics).
@@ -226,19 +321,30 @@ class Method(ABC):
             ``compile``, ``num_data``).
         :raises TrainingDiverged: naming the replica (the pair's index) whose loss became NaN or infinite.
         """
-        options = self.fit_options(epochs, precision)
-        collected = self.collector(x.shape[0], epochs, options["optimizer"])
-        if collected is not None:
-            options["optimizer"] = collected
-        fit_replicas(pairs, x, y, epochs=epochs, seed=seed, **options, **run)
-        runs = self.runs
-        return [self.stacked_posterior(pairs, range(k * runs, (k + 1) * runs), collected, x, seed, transform)
-                for k in range(len(pairs) // runs)]
+        self.check(pairs[0][0], epochs=epochs, rows=x.shape[0], transform=transform, **run)
+        runs, posteriors = self.runs, []
+        factors = [self.rate_factor(pairs[k][0], epochs) for k in range(0, len(pairs), runs)]
+        for factor, groups in itertools.groupby(range(len(factors)), key=factors.__getitem__):
+            groups = list(groups)
+            stack = pairs[groups[0] * runs:(groups[-1] + 1) * runs]
+            options = self.fit_options(epochs, precision, stack[0][0])
+            collected = self.collector(x.shape[0], epochs, options["optimizer"], factor)
+            if collected is not None:
+                options["optimizer"] = collected
+            try:
+                fit_replicas(stack, x, y, epochs=epochs, seed=seed, **options, **run)
+            except TrainingDiverged as error:
+                replica = None if error.replica is None else groups[0] * runs + error.replica
+                raise TrainingDiverged(str(error), replica) from None
+            posteriors += [self.stacked_posterior(stack, range(k * runs, (k + 1) * runs), collected, x, seed,
+                                                  transform) for k in range(len(groups))]
+        return posteriors
 
-    def collector(self, rows: int, epochs: int, optimizer):
+    def collector(self, rows: int, epochs: int, optimizer, factor: float = 1.0):
         """The optimizer factory that collects what the method keeps of the stacked step (SWAG's moments, SG-MCMC's
-        draws) on ``rows`` training rows, recording the optimisers it builds; None: nothing beyond the trained
-        values."""
+        draws) on ``rows`` training rows, recording the optimisers it builds (``optimizer``: the one
+        :meth:`fit_options` gives; ``factor``: :func:`~pyrobnn.methods.rules.noise_factor` of the stacked models);
+        None: nothing beyond the trained values."""
         return None
 
     def stacked_posterior(self, pairs: list, rows: range, collected, x: torch.Tensor, seed: int,
@@ -246,13 +352,30 @@ class Method(ABC):
         """The posterior of the stacked pairs ``rows`` after :meth:`train_stacked` (``collected``:
         :meth:`collector`'s)."""
         model, guide = pairs[rows[0]]
-        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp")
+        return self.posterior(model, guide)
 
-    def fit_options(self, epochs: int, precision: str = "fp32") -> dict:
-        """The options of :func:`~pyrobnn.infer.svi.fit` that are the method's, for a run of ``epochs``:
-        ``batch_size``, ``optimizer``, ``beta``, ``elbo``."""
-        return dict(batch_size=self.batch_size, optimizer=self.optimizer_factory(epochs),
-                    beta=self.schedule(epochs), elbo=self.objective(precision))
+    def rate_factor(self, model, epochs: int) -> float:
+        """What the method's per-example rate is multiplied by on ``model`` (its rate per unit noise:
+        :func:`~pyrobnn.methods.rules.noise_factor`)."""
+        return noise_factor(model, self.optimizer_factory(epochs))
+
+    def fit_options(self, epochs: int, precision: str = "fp32", model=None) -> dict:
+        """The options of :func:`~pyrobnn.infer.svi.fit` that are the method's, for a run of ``epochs`` of ``model``:
+        ``batch_size``, ``optimizer`` (its rate per unit noise on ``model``:
+        :func:`~pyrobnn.methods.rules.per_unit_noise`), ``beta``, ``elbo``."""
+        optimizer = self.optimizer_factory(epochs)
+        if model is not None:
+            optimizer = per_unit_noise(optimizer, model)
+        return dict(batch_size=self.batch_size, optimizer=optimizer, beta=self.schedule(epochs),
+                    elbo=self.objective(precision))
+
+
+def needs_point_estimates(method, what: str) -> None:
+    """A ``ValueError`` naming ``{guide}`` unless ``method`` trains point estimates (a
+    :class:`~pyrobnn.guides.PointGuide`): ``what`` (its name) starts from MAP fits."""
+    if not issubclass(guide_class(method.guide), PointGuide):
+        raise ValueError(f"{what} starts from MAP fits: {{guide}} must be point estimates (PointGuide), got "
+                         f"{guide_class(method.guide).__name__}")
 
 
 def is_model(network) -> bool:
@@ -299,9 +422,40 @@ class Variational(Method):
     variational dropout, MC dropout, MAP, the implicit BNN's mixture, VDP++ (``estimator="vdp"``: its posterior
     predicts by moment propagation). Returns a :class:`~pyrobnn.methods.posterior.VariationalPosterior`."""
 
+    def settings_rules(self) -> None:
+        """A mixture over node latents (the implicit BNN) predicts with as many samples from each of its K
+        components: :attr:`num_samples` a multiple of K."""
+        super().settings_rules()
+        k = self.components
+        if k and self.num_samples % k:
+            raise ValueError(f"{{num_samples}} {self.num_samples} must be a multiple of {{guide.num_components}} {k} "
+                             f"(the mixture guide's predictions draw as many samples from each component): pass "
+                             f"{multiples_near(self.num_samples, k)}")
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """Every batch of a mixture over node latents splits evenly among its K components (each row uses one:
+        :func:`~pyrobnn.handlers.node_draws.check_components`) under a stochastic estimator."""
+        super().run_rules(model, epochs, rows, run)
+        if self.components and rows is not None and ESTIMATORS[self.estimator].stochastic:
+            try:
+                check_components(self.components, self.batch_size, self.num_particles, rows)
+            except ValueError as error:
+                raise ValueError(f"{{guide.num_components}} {self.components}, {{batch_size}} {self.batch_size}, "
+                                 f"{{num_particles}} {self.num_particles} on {rows} training examples: {error}"
+                                 ) from None
+
+    @property
+    def components(self) -> int:
+        """K of a mixture guide over node latents; 0 for any other guide."""
+        if not issubclass(guide_class(self.guide), MixtureNodeGuide):
+            return 0
+        return guide_options(self.guide).get("num_components", inspect.signature(MixtureNodeGuide).parameters[
+            "num_components"].default)
+
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
-        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
-        return VariationalPosterior(model, guide, self.num_samples, moments=self.estimator == "vdp",
-                                    history=history)
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
+                      **run)
+        return self.posterior(model, guide, history)
 

@@ -30,68 +30,26 @@ paper's setting, the noise costs next to nothing). It is stepped by :func:`~pyro
 (:class:`~pyrobnn.guides.PointGuide`) with the KL weight 0: the loss is the likelihood alone, the prior being the
 weight decay. That loss is pyrobnn's summed one, :math:`L = N\bar\ell`; :class:`~pyrobnn.infer.ivon.IVONOptim`
 gives the optimiser the settings on :math:`L` that make every update the authors' on :math:`\bar\ell` (ess λ/N,
-:math:`N h_0`, :math:`N\delta`, α/N). The posterior
-is returned as ``num_samples`` draws of :math:`q` (:class:`IVONResult`, the model's Bayesian sites; its other
-trained parameters, such as BatchNorm's, at their mean), predicted as the draws' average, as the authors predict.
+:math:`N h_0`, :math:`N\delta`, α/N). The posterior is returned as ``num_samples`` draws of :math:`q`
+(:class:`~pyrobnn.infer.ivon.IVONResult`, the model's Bayesian sites; its other trained parameters, such as
+BatchNorm's, at their mean), predicted as the draws' average, as the authors predict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-import torch
-
 from pyrobnn.guides.point import point_values
-from pyrobnn.infer.draws import Draws
-from pyrobnn.infer.iterates import Recorded, site_parameters
-from pyrobnn.infer.ivon import IVONOptim, IVONOptimizer
+from pyrobnn.infer.iterates import Recorded
+from pyrobnn.infer.ivon import IVONOptim, IVONResult
 from pyrobnn.infer.schedules import Constant
 from pyrobnn.infer.svi import fit
 from pyrobnn.methods.base import Method
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
 
 __all__ = ["IVON", "IVONResult"]
-
-
-@dataclass
-class IVONResult(Draws):
-    """``num_samples`` draws ``{site: (1, S, ...)}`` of IVON's Gaussian over the model's Bayesian sites, the network
-    they are replayed in, the training history, and the Gaussian's mean and standard deviation per site."""
-
-    mean: dict[str, torch.Tensor] = field(default_factory=dict)
-    std: dict[str, torch.Tensor] = field(default_factory=dict)
-    settings: dict = field(default_factory=dict)
-
-    kind: ClassVar[str] = "ivon"
-    description: ClassVar[str] = "IVON draws written by `pyrobnn train --method ivon`"
-
-    @classmethod
-    def of(cls, model, guide, optimizer: IVONOptimizer, num_samples: int, seed: int, histories=(),
-           settings=None) -> "IVONResult":
-        r"""``num_samples`` draws of the Gaussian ``optimizer`` holds over ``guide``'s point values,
-        :math:`\sigma = 1/\sqrt{\lambda(h + \delta)}` (:meth:`~pyrobnn.infer.ivon.IVONOptimizer.scales`), drawn
-        with a generator seeded by ``seed``."""
-        sites = site_parameters(guide, "IVON")
-        scales = {id(p): scale for group in optimizer.param_groups
-                  for p, scale in zip(group["params"], optimizer.scales(group))}
-        mean, std, draws = {}, {}, {}
-        for name, parameter in sites.items():
-            mean[name], std[name] = parameter.detach().clone(), scales[id(parameter)]
-            generator = torch.Generator(parameter.device).manual_seed(seed + len(draws))
-            noise = torch.randn((num_samples, *parameter.shape), generator=generator, device=parameter.device)
-            draws[name] = (mean[name] + std[name] * noise.to(mean[name])).unsqueeze(0)
-        return cls(model, draws, list(histories), mean=mean, std=std, settings=dict(settings or {}))
-
-    def report(self) -> dict:
-        """The settings, the draws, and the Gaussian's standard deviation: its mean and largest over the weights."""
-        stds = torch.cat([value.flatten() for value in self.std.values()])
-        return {**self.settings, "draws": len(self), "std_mean": float(stds.mean()), "std_max": float(stds.max())}
-
-    def summary(self) -> str:
-        report = self.report()
-        return (f"{len(self)} draws of the Gaussian IVON learned (standard deviation {report['std_mean']:.3g} on "
-                f"average, at most {report['std_max']:.3g})")
 
 
 @dataclass(frozen=True)
@@ -112,14 +70,19 @@ class IVON(Method):
 
     takes_optimizer: ClassVar[bool] = False
 
-    def __post_init__(self):
-        super().__post_init__()
+    def settings_rules(self) -> None:
+        """IVON is its own optimiser, on the likelihood alone (β = 0, its prior being the weight decay), at
+        settings :class:`~pyrobnn.infer.ivon.IVONOptim` takes."""
+        super().settings_rules()
         if self.optimizer is not None:
-            raise ValueError("IVON is its own optimiser: set its lr and weight_decay, not optimizer")
+            raise ValueError("IVON is its own optimiser: set its {lr} and {weight_decay}, not {optimizer}")
         if self.beta != Constant(0.0):
-            raise ValueError(f"IVON trains on the likelihood alone, its prior being the weight decay: beta must be "
+            raise ValueError(f"IVON trains on the likelihood alone, its prior being the weight decay: {{beta}} must be "
                              f"Constant(0.0), got {self.beta!r}")
-        self.optimizer_factory(1)  # its settings, checked
+        try:
+            self.optimizer_factory(1)  # its settings, checked
+        except ValueError as error:  # the settings named as the method's fields
+            raise ValueError(re.sub(r"^(lr|ess|hess_init|beta1|beta2|weight_decay)\b", r"{\1}", str(error))) from None
 
     @property
     def learning_rate(self) -> float:
@@ -130,8 +93,9 @@ class IVON(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         point_values(guide)  # a point-estimate guide: its values are IVON's mean, before anything is trained
-        options = self.fit_options(epochs, precision)
+        options = self.fit_options(epochs, precision, model)
         options["optimizer"] = made = Recorded(options["optimizer"])
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **options, **run)
         settings = {"lr": self.lr, "ess": float(model.num_data) if self.ess is None else self.ess,

@@ -69,12 +69,21 @@ class LaplaceLoRA(Method):
 
     prior_steps: int = 1000
 
-    def __post_init__(self):
-        super().__post_init__()
-        positive_int("prior_steps (of the marginal likelihood's tuning)", self.prior_steps)
+    def settings_rules(self) -> None:
+        """The marginal likelihood's tuning takes at least one step."""
+        super().settings_rules()
+        positive_int("{prior_steps} (of the marginal likelihood's tuning)", self.prior_steps)
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """The approximation is over LoRA adapters: a network without any (not ``hf:``) is refused before training."""
+        super().run_rules(model, epochs, rows, run)
+        if model is not None and hasattr(model, "sites") and not any(_adapter(site.name) for site in model.sites()):
+            raise ValueError("laplace-lora approximates the posterior of LoRA adapters, and the network has none: "
+                             "fine-tune a pretrained network (--model hf:NAME), or use laplace for another network")
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
         laplace = fit_linearized_laplace(model, guide, x, y, select=_adapter, batch_size=self.batch_size,
                                          prior_steps=self.prior_steps)

@@ -9,9 +9,12 @@ One protocol, :class:`Posterior`, and two kinds behind it:
   the Laplace approximation, SWAG, SG-MCMC or NUTS (:class:`~pyrobnn.infer.draws.Draws`), whose predictive replays
   every draw once.
 
-Either way :meth:`Posterior.predict` is :func:`~pyrobnn.infer.predict.predict` and :meth:`Posterior.evaluate` is
-:func:`~pyrobnn.analysis.evaluate.evaluate` on the posterior's model and guide, so a study compares methods on the
-same predictive, and :meth:`Posterior.draw` gives weight samples ``{site: (S, ...)}`` of any of them.
+Either way :meth:`Posterior.predicted` is the predictive on some inputs (its summaries and its mixture,
+:func:`~pyrobnn.analysis.calibration.predicted`), :meth:`Posterior.predict` its summaries and
+:meth:`Posterior.evaluate` its metrics (:func:`~pyrobnn.analysis.evaluate.scores`), so a study compares methods on
+the same predictive, and :meth:`Posterior.draw` gives weight samples ``{site: (S, ...)}`` of any of them. A method
+with a predictive of its own (SNGP's mean field) overrides :meth:`Posterior.predicted`, and every user of posteriors
+(the command line's test report, evaluation and calibration) reads it there.
 :meth:`Posterior.save` writes one file; :func:`load_posterior` reads any of them back into a model built as the
 one that was trained (a variational posterior also needs its guide built alike).
 """
@@ -21,20 +24,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import pyro
 import torch
 from pyro import poutine
 from torch import nn
 
-from pyrobnn.analysis.evaluate import evaluate
+from pyrobnn.analysis.calibration import Mixture, predicted
+from pyrobnn.analysis.evaluate import scores
 from pyrobnn.checkpoint import load_checkpoint, save_checkpoint
 from pyrobnn.checks import one_line, positive_int
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.laplace import LinearizedLaplace, fit_linearized_laplace
-from pyrobnn.infer.predict import predict, predict_moments
+from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments
 from pyrobnn.infer.svi import History
+from pyrobnn.model.protocol import network_model
 
 __all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "LinearizedPosterior", "load_posterior",
            "VARIATIONAL_KIND"]
@@ -55,8 +60,18 @@ class Posterior(ABC):
     history: object
 
     kind: str = ""
-    """The kind of posterior (``variational``, or the kind of its draws: ``ensemble``, ``laplace``, ``swag``,
-    ``sgmcmc``, ``mcmc``)."""
+    """The kind of posterior (``variational``, a method's own, or the kind of its draws: ``ensemble``, ``laplace``,
+    ``swag``, ``sgmcmc``, ``mcmc``)."""
+
+    KINDS: ClassVar[dict[str, type]] = {}
+    """The kinds of posterior files that a class of its own reads back (:func:`load_posterior`): each subclass that
+    names its :attr:`kind` (``variational``; a method's own predictive, SNGP's); the draws kinds are
+    :class:`~pyrobnn.infer.draws.Draws`'."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("kind"), str) and cls.__dict__["kind"]:
+            Posterior.KINDS[cls.kind] = cls
 
     moments: bool = False
     """Whether the predictive propagates moments (VDP++) rather than averaging samples."""
@@ -69,10 +84,23 @@ class Posterior(ABC):
             return predict_moments(self.model, self.guide, x, **options)
         return predict(self.model, self.guide, x, self._samples(num_samples), **options)
 
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, **options) -> dict:
+    def predicted(self, x: torch.Tensor, num_samples: Optional[int] = None, **options) -> tuple[dict, Mixture]:
+        """The predictive at ``x`` from one set of draws: its summaries and its mixture
+        (:func:`~pyrobnn.analysis.calibration.predicted`: what :meth:`evaluate` scores and a calibrator fits);
+        ``options`` are ``predicted``'s (``batch_size``, ``max_memory``, ``progress``, ...)."""
+        return predicted(self.model, self.guide, x, self._samples(num_samples), moments=self.moments, **options)
+
+    def task(self, x: torch.Tensor) -> str:
+        """``classification`` or ``regression``: the model's (a Pyro model written by hand: traced on ``x``)."""
+        return network_model(self.model, x[:PROTOTYPE_ROWS]).task
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, num_samples: Optional[int] = None, target_scale=None,
+                 calibration=None, mc_error: bool = False, **options) -> dict:
         """Accuracy, NLL, ECE and Brier (classification) or RMSE, NLL and the log-likelihood (regression) of the
-        predictive on ``(x, y)``: :func:`~pyrobnn.analysis.evaluate.evaluate`, whose ``options`` it takes."""
-        return evaluate(self.model, self.guide, x, y, self._samples(num_samples), moments=self.moments, **options)
+        predictive on ``(x, y)`` (:meth:`predicted`), as :func:`~pyrobnn.analysis.evaluate.evaluate` computes them:
+        ``target_scale``, ``calibration`` and ``mc_error`` are its, ``options`` :meth:`predicted`'s."""
+        pred, mixture = self.predicted(x, num_samples, **options)
+        return scores(self.task(x), pred, mixture, y, target_scale, calibration, mc_error)
 
     @abstractmethod
     def draw(self, num_samples: Optional[int] = None, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -124,10 +152,16 @@ class VariationalPosterior(Posterior):
                  and not site["is_observed"]]
         return {name: torch.stack([trace.nodes[name]["value"].detach() for trace in traces]) for name in names}
 
+    @classmethod
+    def loaded(cls, model: nn.Module, guide: nn.Module, state: dict, **options) -> "VariationalPosterior":
+        """The posterior of ``model`` and ``guide`` (their states loaded from ``state``, the file :meth:`save` wrote)
+        with ``options`` (the predictive's samples, the report): what :func:`load_posterior` returns for its kind."""
+        return cls(model, guide, moments=bool(state.get("moments", False)), **options)
+
     def save(self, path: str | Path, **metadata) -> None:
         """The model's and the guide's state (``model``, ``guide``), whether it predicts by moments, its predictive's
-        samples, the method's report and ``metadata``."""
-        save_checkpoint(path, {"kind": VARIATIONAL_KIND, "model": self.model.state_dict(), "epoch": None,
+        samples, the method's report and ``metadata``, under its :attr:`kind`."""
+        save_checkpoint(path, {"kind": self.kind, "model": self.model.state_dict(), "epoch": None,
                                "guide": self.guide.state_dict(), "report": self.report, "moments": self.moments,
                                "num_samples": self.num_samples, **metadata})
 
@@ -197,6 +231,14 @@ class LinearizedPosterior(VariationalPosterior):
             offset += shape.numel()
         return draws
 
+    @classmethod
+    def loaded(cls, model: nn.Module, guide: nn.Module, state: dict, **options) -> "LinearizedPosterior":
+        """The approximation rebuilt from the file :meth:`save` wrote (its selected weights, laplace-torch's state),
+        attached to ``model`` at the MAP fit ``guide`` (states loaded)."""
+        selected = set(state["selected"])
+        laplace = fit_linearized_laplace(model, guide, None, None, select=selected.__contains__, state=state["laplace"])
+        return cls(model, guide, laplace=laplace, **options)
+
     def save(self, path: str | Path, **metadata) -> None:
         """The MAP fit's states, the approximation's (``laplace``: laplace-torch's ``state_dict``), the predictive's
         samples, the report and ``metadata``; :func:`load_posterior` reads it back given the model and guide built as
@@ -208,32 +250,37 @@ class LinearizedPosterior(VariationalPosterior):
 
 
 def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,
-                   num_samples: Optional[int] = None) -> Posterior:
+                   num_samples: Optional[int] = None, posterior=None) -> Posterior:
     """The posterior saved at ``path`` (by :meth:`Posterior.save`, ``pyrobnn train`` or ``pyrobnn mcmc``), in
-    ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else a
-    :class:`VariationalPosterior` of ``guide`` (built alike), whose states it loads. Its predictive takes
-    ``num_samples`` samples by default, else as many as the saved posterior's did. A file that does not fit is one
-    ``ValueError`` naming it."""
+    ``model`` (built as the one that was trained): an :class:`EmpiricalPosterior` for a draws file, else the posterior
+    of its kind (:attr:`Posterior.KINDS`: a :class:`VariationalPosterior`, a :class:`LinearizedPosterior`, a method's
+    own) of ``guide`` (built alike), whose states it loads; a training checkpoint (no kind) is
+    ``posterior(model, guide)``'s (the method's: :meth:`~pyrobnn.methods.Method.posterior`; default a
+    :class:`VariationalPosterior`). Its predictive takes ``num_samples`` samples by default, else as many as the saved
+    posterior's did. A file that does not fit is one ``ValueError`` naming it."""
     state = load_checkpoint(path)
     kind = state.get("kind")
     if num_samples is None:
         num_samples = state.get("num_samples")
-    if kind is not None and kind not in (VARIATIONAL_KIND, LinearizedPosterior.kind):
+    if kind in Draws.KINDS:
         return EmpiricalPosterior(Draws.load(path, model, state), num_samples, report=dict(state.get(kind) or {}))
+    cls = Posterior.KINDS.get(kind or VARIATIONAL_KIND)
+    if cls is None:
+        raise ValueError(f"{path} holds a posterior of kind {kind!r}, which no posterior of this pyrobnn reads "
+                         f"(known: {', '.join([*Posterior.KINDS, *Draws.KINDS])})")
     if guide is None:
-        raise ValueError(f"{path} holds a variational posterior: pass the guide, built as the trained one "
+        raise ValueError(f"{path} holds a {cls.__name__}: pass the guide, built as the trained one "
                          "(load_posterior(path, model, guide))")
     try:
         model.load_state_dict(state["model"])
         guide.load_state_dict(state["guide"])
-    except (RuntimeError, KeyError, ValueError, TypeError) as error:
+    except (RuntimeError, KeyError, TypeError) as error:  # a ValueError of a module's own check is its message
         raise ValueError(f"{path} does not fit the model and guide (another network or sizes?): "
                          f"{one_line(error)[:300]}") from None
-    options = dict(**({} if num_samples is None else {"num_samples": num_samples}),
-                   report=dict(state.get("report") or {}))
-    if kind == LinearizedPosterior.kind:
-        selected = set(state["selected"])
-        laplace = fit_linearized_laplace(model, guide, None, None, select=selected.__contains__,
-                                         state=state["laplace"])
-        return LinearizedPosterior(model, guide, laplace=laplace, **options)
-    return VariationalPosterior(model, guide, moments=bool(state.get("moments", False)), **options)
+    if kind is None and posterior is not None:  # a training checkpoint: the method's posterior of its states
+        loaded = posterior(model, guide)
+        if num_samples is not None:
+            loaded.num_samples = num_samples
+        return loaded
+    return cls.loaded(model, guide, state, **({} if num_samples is None else {"num_samples": num_samples}),
+                      report=dict(state.get("report") or {}))

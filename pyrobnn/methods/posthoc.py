@@ -10,21 +10,28 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from pyrobnn.checks import positive_int
+from pyrobnn.checks import nonnegative_int, positive, positive_int
 from pyrobnn.infer.ensemble import EnsembleResult, fit_ensemble
 from pyrobnn.infer.iterates import Recorded
 from pyrobnn.infer.laplace import fit_laplace
 from pyrobnn.infer.optim import Optim
-from pyrobnn.infer.sgmcmc import SGMCMC as Sampler
-from pyrobnn.infer.sgmcmc import SGMCMC_SAMPLERS, SGMCMCResult, fit_sgmcmc, sampler_options
-from pyrobnn.infer.svi import fit
-from pyrobnn.infer.swag import SWAG as SWAGCollector
-from pyrobnn.infer.swag import SWAGResult, fit_swag, replicas, swa_schedule
-from pyrobnn.methods.base import Method
+from pyrobnn.infer.schedules import Constant
+from pyrobnn.infer.sgmcmc import SGMCMC_SAMPLERS, SGMCMCOptimizer, SGMCMCResult, fit_sgmcmc, sampler_options
+from pyrobnn.infer.svi import ModelCallback, fit
+from pyrobnn.infer.swag import SWAGCollector, SWAGResult, check_collection, check_rank, fit_swag, replicas, swa_schedule
+from pyrobnn.methods.base import Method, needs_point_estimates
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
-from pyrobnn.methods.rules import swag_start
+from pyrobnn.methods.rules import noise_factor, swag_start
 
-__all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC"]
+__all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC", "LONG_EPOCH"]
+
+LONG_EPOCH = 10**6
+"""Steps of an epoch with which SG-MCMC's sampler is checked where the data's size is not known (the draws that a
+run's own epochs keep are checked with its rows)."""
+
+
+def _shown(value) -> str:
+    return type(value).__name__ if callable(value) and not isinstance(value, (int, float)) else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -37,14 +44,16 @@ class Ensemble(Method):
 
     run_name: ClassVar[str] = "ensemble member"
 
-    def __post_init__(self):
-        super().__post_init__()
-        positive_int("members (M, the ensemble's size)", self.members)
+    def settings_rules(self) -> None:
+        super().settings_rules()
+        positive_int("{members} (M, the ensemble's size)", self.members)
+        needs_point_estimates(self, f"a deep ensemble of {self.members}")
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         result = fit_ensemble(model, guide, x, y, members=self.members, make_member=make_member, seed=seed,
-                              epochs=epochs, **self.fit_options(epochs, precision), **run)
+                              epochs=epochs, **self.fit_options(epochs, precision, model), **run)
         return EmpiricalPosterior(result)
 
     @property
@@ -67,9 +76,15 @@ class Laplace(Method):
     :func:`~pyrobnn.infer.laplace.fit_laplace`): ``num_samples`` draws of the last layer, the prior precision chosen
     by the marginal likelihood."""
 
+    def settings_rules(self) -> None:
+        super().settings_rules()
+        needs_point_estimates(self, "the Laplace approximation")
+
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
-        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
+        history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model),
+                      **run)
         transform = run.get("transform")
         # the curvature is summed over the training data as predictions see them: a transform's deterministic part
         # (ImageAugment.normalize), without the random augmentation
@@ -98,6 +113,35 @@ class SWAG(Method):
 
     run_name: ClassVar[str] = "SWAG"
 
+    def settings_rules(self) -> None:
+        """SGD's iterates (Maddox et al. 2019), a rank of at least 2, and an SWA rate that is the only schedule of
+        the rate and at most the rate it falls from."""
+        super().settings_rules()
+        positive_int("{members} (M, MultiSWAG's SWAGs)", self.members)
+        needs_point_estimates(self, "SWAG")
+        check_rank(self.rank, "{rank}")
+        if self.start is not None:
+            nonnegative_int("{start} (T, the epoch the collection starts from)", self.start)
+        optimizer = super().optimizer_factory(1)  # without the SWA schedule
+        if not isinstance(optimizer, Optim) or optimizer.name != "sgd":
+            raise ValueError(f"SWAG fits its Gaussian to SGD's iterates: {{optimizer.name}} must be sgd (got "
+                             f"{getattr(optimizer, 'name', optimizer)})")
+        if self.swa_lr is None:
+            return
+        positive("{swa_lr}", self.swa_lr)
+        if optimizer.schedule is not None:
+            raise ValueError("{swa_lr} sets SWAG's learning-rate schedule: drop {optimizer.schedule}")
+        if self.swa_lr > optimizer.lr:
+            raise ValueError(f"{{optimizer.lr}} {optimizer.lr:g} is below SWAG's SWA rate {{swa_lr}} {self.swa_lr:g}, "
+                             f"and SWAG's rate falls from {{optimizer.lr}} to it (Maddox et al. 2019): set {{swa_lr}} "
+                             f"to {optimizer.lr:g} or lower, or {{optimizer.lr}} higher")
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """A collection that keeps two iterates at least: :attr:`start` at most ``epochs - 2``."""
+        super().run_rules(model, epochs, rows, run)
+        check_collection(self.collection_start(epochs), epochs, self.rank,
+                         {"start": "{start}", "rank": "{rank}", "epochs": "{epochs}"})
+
     def collection_start(self, epochs: int) -> int:
         """T of a run of ``epochs``."""
         return swag_start(epochs) if self.start is None else self.start
@@ -111,9 +155,10 @@ class SWAG(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         result = fit_swag(model, guide, x, y, start=self.collection_start(epochs), rank=self.rank,
                           num_samples=self.num_samples, members=self.members, make_member=make_member,
-                          epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
+                          epochs=epochs, seed=seed, **self.fit_options(epochs, precision, model), **run)
         return EmpiricalPosterior(result)
 
     @property
@@ -124,7 +169,7 @@ class SWAG(Method):
     def replays_weights(self) -> str:
         return f"its {self.members} SWAGs' draws are replayed in one network" if self.members > 1 else ""
 
-    def collector(self, rows, epochs, optimizer):
+    def collector(self, rows, epochs, optimizer, factor=1.0):
         return Recorded(SWAGCollector(self.collection_start(epochs), self.rank, math.ceil(rows / self.batch_size),
                                       optimizer))
 
@@ -146,18 +191,60 @@ class SGMCMC(Method):
     friction: Optional[float] = None
     cycles: Optional[int] = None
     exploration: Optional[float] = None
-    temperature: Optional[float] = None
+    temperature: float = 1.0
     chains: int = 1
 
     restarts: ClassVar[str] = "SG-MCMC keeps its draws"
 
     run_name: ClassVar[str] = "chain"
 
-    def __post_init__(self):
-        super().__post_init__()
+    def settings_rules(self) -> None:
+        """Point estimates, the posterior's β = 1 (a tempered posterior is :attr:`temperature`), a step size that
+        follows the sampler's schedule alone (no other schedule, weight decay, guide rate or particles), and the
+        sampler's own settings."""
+        super().settings_rules()
         if self.sampler not in SGMCMC_SAMPLERS:
-            raise ValueError(f"sampler {self.sampler!r}: choose one of {', '.join(SGMCMC_SAMPLERS)}")
-        positive_int("chains", self.chains)
+            raise ValueError(f"{{sampler}} {self.sampler!r}: choose one of {', '.join(SGMCMC_SAMPLERS)}")
+        positive_int("{chains}", self.chains)
+        needs_point_estimates(self, f"SG-MCMC ({self.sampler})")
+        optimizer = self.optimizer_factory(1)
+        for field, value, default in (("optimizer.weight_decay", getattr(optimizer, "weight_decay", 0.0), 0.0),
+                                      ("optimizer.schedule", getattr(optimizer, "schedule", None), None),
+                                      ("optimizer.factor", getattr(optimizer, "factor", 1.0), 1.0),
+                                      ("num_particles", self.num_particles, 1)):
+            if value != default:
+                raise ValueError(f"{{{field}}} {_shown(value)} does not apply to SG-MCMC: the sampler's step follows "
+                                 "the posterior (the prior is the weight decay; the step-size schedule is "
+                                 "{cycles})")
+        if self.beta is not None and self.beta != Constant(1.0):
+            raise ValueError(f"SG-MCMC samples the posterior, whose KL weight is 1: drop {{beta}} {self.beta!r} (a "
+                             "tempered posterior is {temperature})")
+        self.sampler_of(epochs=1, steps_per_epoch=LONG_EPOCH)
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """A run that keeps a draw (the sampler's draws in ``epochs`` of ``rows`` examples), and several chains only
+        without a transform or a callback that reads the model (``validation``: the run will have one; they run as
+        one stacked network)."""
+        super().run_rules(model, epochs, rows, run)
+        self.sampler_of(epochs, LONG_EPOCH if rows is None else math.ceil(rows / self.batch_size))
+        if self.chains > 1:
+            if run.get("transform") is not None:
+                raise ValueError(f"{{chains}} {self.chains} run as one stacked network, which takes no {{transform}}: "
+                                 "run one chain")
+            callbacks = run.get("on_epoch_end") or []
+            callbacks = callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]
+            if run.get("validation") or any(isinstance(c, ModelCallback) for c in callbacks):
+                raise ValueError(f"{{chains}} {self.chains} run as one stacked network, which takes no {{validation}}: "
+                                 "run one chain")
+
+    def sampler_of(self, epochs: int, steps_per_epoch: int, lr: Optional[float] = None) -> SGMCMCOptimizer:
+        """The sampler (an optimizer factory) of a run of ``epochs`` of ``steps_per_epoch`` steps, at ``lr`` (default
+        the method's); a ``ValueError`` naming the sampler's settings when it would keep no draw."""
+        try:
+            return SGMCMCOptimizer(self.learning_rate if lr is None else lr, epochs=epochs,
+                                   steps_per_epoch=steps_per_epoch, **self.settings())
+        except ValueError as error:
+            raise ValueError(f"{{sampler}} {self.sampler}: {error}") from None
 
     def settings(self) -> dict:
         """The sampler's settings: its defaults with the fields that are set."""
@@ -166,25 +253,30 @@ class SGMCMC(Method):
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
         if self.chains > 1:  # one stacked network
             run = {k: v for k, v in run.items() if k not in ("checkpoint", "on_epoch_end", "progress")}
         options = self.fit_options(epochs, precision)
-        del options["optimizer"]  # the sampler is the optimiser
-        result = fit_sgmcmc(model, guide, x, y, lr=self.learning_rate, **self.settings(), chains=self.chains,
-                            make_chain=make_member, epochs=epochs, seed=seed, **options, **run)
+        del options["optimizer"]  # the sampler is the optimiser, at its step size per unit noise
+        result = fit_sgmcmc(model, guide, x, y, lr=self.learning_rate * self.rate_factor(model, epochs),
+                            **self.settings(), chains=self.chains, make_chain=make_member, epochs=epochs, seed=seed,
+                            **options, **run)
         return EmpiricalPosterior(result, report={"sampler": self.sampler, **result.report()})
 
     @property
     def runs(self) -> int:
         return self.chains
 
+    def rate_factor(self, model, epochs: int) -> float:
+        """The sampler's step is SGD's: per unit noise whatever :attr:`optimizer` names (only its ``lr`` is read)."""
+        return noise_factor(model)
+
     @property
     def replays_weights(self) -> str:
         return "its draws are the weights along the chain, replayed in one network"
 
-    def collector(self, rows, epochs, optimizer):
-        return Recorded(Sampler(self.learning_rate, epochs=epochs, steps_per_epoch=math.ceil(rows / self.batch_size),
-                                **self.settings()))
+    def collector(self, rows, epochs, optimizer, factor=1.0):
+        return Recorded(self.sampler_of(epochs, math.ceil(rows / self.batch_size), self.learning_rate * factor))
 
     def stacked_posterior(self, pairs, rows, collected, x, seed, transform=None) -> Posterior:
         """The draws of the stacked chains ``rows``."""

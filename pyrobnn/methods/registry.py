@@ -88,7 +88,7 @@ ENSEMBLE_PAPER = ("Lakshminarayanan, Pritzel & Blundell 2017, deep ensembles: M 
 MULTISWAG_PAPER = ("Wilson & Izmailov 2020, MultiSWAG: M SWAGs from the seeds seed..seed+M-1 (Maddox et al. 2019), 20 "
                    "draws each, predicted as their equal mixture")
 
-SWAG_METHOD = SWAG(**{**MAP_SETTINGS, "optimizer": Optim("sgd", 0.05), "num_samples": 30}, rank=20, swa_lr=0.01,
+SWAG_METHOD = SWAG(prior=MAP.prior,  # and its own settings: pyrobnn.methods.SWAG's fields hold the paper's
                    paper="Maddox et al. 2019, A simple baseline for Bayesian uncertainty in deep learning: SGD with "
                          "Nesterov momentum from lr 0.05 down to the SWA rate 0.01 between 0.5 T and 0.9 T, a Gaussian "
                          "with diagonal plus rank-20 covariance fitted to the iterates of the epochs after T (half the "
@@ -175,7 +175,7 @@ _REGISTERED: dict[str, Method] = {
     "csghmc": _sgmcmc("csghmc", 0.5, "Zhang et al. 2020, cyclical SG-MCMC (cSGHMC) as their CIFAR-10 code runs it: 4 "
                                      "cosine cycles from a step of 0.5 per example, friction 0.9, noise in the last "
                                      "10 % of each cycle and a draw at the end of each of its epochs"),
-    "ivon": IVON(**{**MAP_SETTINGS, "beta": Constant(0.0), "num_samples": 64},
+    "ivon": IVON(prior=MAP.prior,  # and its own settings: pyrobnn.methods.IVON's fields hold the authors'
                  paper="Shen et al. 2024, Variational Learning is Effective for Large Deep Networks: IVON, the "
                        "authors' settings (lr 0.1, ess = N, h0 1, beta2 0.99999, "
                        "weight decay 1e-4), its Gaussian posterior as 64 draws"),

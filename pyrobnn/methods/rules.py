@@ -1,23 +1,43 @@
-"""The papers' rules that depend on the run: the β schedule, the learning rate, SWAG's start.
+r"""The papers' rules that depend on the run: the β schedule, the learning rate and its units, SWAG's start, and a
+regression's noise.
 
 A method fixes what its paper fixes (:mod:`pyrobnn.methods.registry`); what the paper states in proportion to the
 run's length, or what follows from the prior and guide a user picks, is a rule here, applied where a setting is left
-unset (``beta=None``, ``optimizer=None``, ``start=None``), for a named method and for any combination of a prior and
-a guide alike.
+unset (``beta=None``, ``optimizer=None``, ``start=None``, a regression's noise), for a named method and for any
+combination of a prior and a guide alike, from Python (:meth:`~pyrobnn.methods.Method.fit`) and the command line
+(``pyrobnn train``) alike.
+
+**A regression's noise.** :math:`y \sim \mathcal N(f(x; w), \sigma^2)`: a run that sets the noise keeps it (a fixed
+scale S; learned from S). A run that does not learns :math:`\sigma` as a point estimate with the network, through
+:math:`\log\sigma`, from :data:`STARTING_SCALE` = 1: the spread of the standardised target, the noise of a network
+that explains nothing. It starts above any noise the data can show, so the run is never overconfident by its noise
+while it learns, and it falls to what the residuals show as the network fits them (the point estimate of
+:math:`\sigma` that maximises the run's objective, as a deep ensemble's member learns its noise, Lakshminarayanan et
+al. 2017). A learned noise is one scale of one network: a posterior that replays the draws of several networks'
+weights in one network (:attr:`~pyrobnn.methods.Method.replays_weights`: a deep ensemble, MultiSWAG, SG-MCMC) would
+predict every draw with the first network's noise, so a learned noise is refused for it, and left unset its noise
+is fixed at :data:`STARTING_SCALE` (:func:`regression_noise`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 from pyrobnn.guides import AdditiveDropoutGuide, DropoutGuide, NormalGuide, PointGuide
-from pyrobnn.infer.optim import Optim
+from pyrobnn.infer.optim import SCALE_INVARIANT, Optim
 from pyrobnn.infer.schedules import Constant, Geometric, LinearWarmup
+from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.model.priors import LogUniformPrior, NodePrior, Prior
 
 __all__ = ["paper_schedule", "learning_rate", "swag_start", "guide_class", "guide_options", "warmup_note",
-           "SPARSE_VD_LR", "SPARSE_VD_BETA"]
+           "SPARSE_VD_LR", "SPARSE_VD_BETA", "noise_variance", "noise_factor", "per_unit_noise", "STARTING_SCALE",
+           "regression_noise"]
+
+STARTING_SCALE = 1.0
+"""The noise standard deviation of a regression that does not set it, in the units of the standardised target (its
+own spread): learned from there, or held there by a posterior that cannot learn it."""
 
 SPARSE_VD_LR = 3e-3
 """The per-example learning rate with the log-uniform prior when no method names one (a prior and a guide picked by
@@ -102,3 +122,57 @@ def swag_start(epochs: int) -> int:
     """SWAG's T, the epoch its collection starts after: half the epochs (Maddox et al. 2019 collect over the second
     half of training), at most all but two (two iterates at least), at least 0."""
     return max(0, min(epochs // 2, epochs - 2))
+
+
+def noise_variance(model) -> float:
+    """σ² of ``model``'s Gaussian likelihood of fixed noise σ (in the units of the standardised target); 1 for any
+    other likelihood (a classifier, a learned noise, a noise per input) and a model without one."""
+    likelihood = getattr(model, "likelihood", None)
+    if type(likelihood) is not Gaussian or likelihood.log_scale.requires_grad:
+        return 1.0
+    return float(likelihood.scale.detach()) ** 2
+
+
+def noise_factor(model, optimizer=None) -> float:
+    r"""What a per-example rate is multiplied by on ``model``: the rates of SGD (SWAG's, an ensemble's with
+    ``Optim("sgd")``), SG-MCMC's step size and IVON's α are stated per unit noise, so on a Gaussian likelihood of
+    fixed noise σ the step is :math:`\mathrm{lr}\,\sigma^2` (:func:`noise_variance`); Adam's (``optimizer`` an
+    :class:`~pyrobnn.infer.optim.Optim` of a :data:`~pyrobnn.infer.optim.SCALE_INVARIANT` optimiser) is 1.
+
+    The per-example loss of that likelihood, :math:`(y - f)^2/(2\sigma^2)`, has σ^-2 times the curvature of the
+    unit-noise loss, so a step of the same size is :math:`\sigma^2` times the rate: SGD's iterates (and SWAG's
+    Gaussian of them) are those of the unit-noise loss, SG-MCMC samples the same posterior with the constant
+    preconditioner σ² (its noise follows the step), and IVON's steps :math:`\alpha\, g / (h_0 + \delta)` keep
+    the size they have at :math:`h_0` on a loss of unit curvature. The papers' rates are for losses of about unit
+    curvature (the cross-entropy); at the noise of a UCI data set's grid (σ = 0.13 of the standardised target for
+    Yacht's ``tau`` 0.25), SGD at 0.01 per example diverges in two epochs, at 0.01 σ² it does not (``studies/
+    uci_quick.toml``, tests/studies/test_method_rates.py). A learned noise starts at its initial value and is not
+    fixed, so its rate is as given."""
+    if isinstance(optimizer, Optim) and optimizer.name in SCALE_INVARIANT:
+        return 1.0
+    return noise_variance(model)
+
+
+def per_unit_noise(optimizer, model):
+    """``optimizer`` (an optimizer factory with an ``lr``: :class:`~pyrobnn.infer.optim.Optim`,
+    :class:`~pyrobnn.infer.ivon.IVONOptim`) at its rate on ``model`` (:func:`noise_factor`); a factory without a
+    dataclass ``lr`` (written by hand) is returned as it is."""
+    factor = noise_factor(model, optimizer)
+    if factor == 1.0 or not dataclasses.is_dataclass(optimizer) or not hasattr(optimizer, "lr"):
+        return optimizer
+    return dataclasses.replace(optimizer, lr=optimizer.lr * factor)
+
+
+def regression_noise(method, scale=None, learn_scale: bool = False) -> Gaussian:
+    """The Gaussian likelihood of a regression ``method`` trains (the module docstring): noise ``scale`` (fixed, or
+    learned from it with ``learn_scale``); ``scale`` None: :data:`STARTING_SCALE`, learned unless the method's draws
+    replay several networks' weights in one. ``learn_scale`` for such a method is a ``ValueError`` naming the
+    settings ``{likelihood.learn_scale}`` and ``{likelihood.scale}``."""
+    why = method.replays_weights
+    if learn_scale and why:
+        raise ValueError(f"{{likelihood.learn_scale}}: {why}, so a noise each one learned would be lost (every draw "
+                         "would be predicted with the first one's); fix the noise with {likelihood.scale} S, or choose "
+                         "it on held-out training rows (pyrobnn train --grid likelihood.scale=0.4,0.7,1.0)")
+    if scale is not None:
+        return Gaussian(scale, learn_scale)
+    return Gaussian(STARTING_SCALE, learn_scale=learn_scale or not why)

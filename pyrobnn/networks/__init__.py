@@ -1,18 +1,24 @@
-"""Network architectures and a registry that builds them (or any torchvision model) by name.
+"""Network architectures and one door to them by name: a registry of network sources (:data:`SOURCES`) that
+resolves a name once into a :class:`NetworkSpec`, which builds the network, gives its tokenizer and holds its
+options.
 
-MNIST-sized: ``mlp``, ``lenet300-100``, ``lenet5``, ``vit``. CIFAR-10 (3x32x32 inputs only): ``lenet5-cifar``
-and ``alexnet`` as paper 000 defines them, ``resnet18``, ``resnet50`` (CIFAR stem), ``vgg16`` (BatchNorm),
-``wrn28-10`` (any ``wrn<depth>-<k>``). Every one is a plain ``nn.Module`` that
-:class:`~pyrobnn.BayesianNetwork` converts, and runs under every estimator handler, ``vdp`` included.
-:class:`PyroBNN` is a whole Pyro model instead, the README's "Your own Pyro model". ``hf:<name>`` and ``hf:<path>``
-are pretrained ``transformers`` classifiers with LoRA adapters (:mod:`pyrobnn.networks.hf`, the ``hf`` extra).
+The zoo (:data:`NETWORKS`): MNIST-sized ``mlp``, ``lenet300-100``, ``lenet5``, ``vit``; CIFAR-10 (3x32x32 inputs
+only) ``lenet5-cifar`` and ``alexnet`` as paper 000 defines them, ``resnet18``, ``resnet50`` (CIFAR stem), ``vgg16``
+(BatchNorm), ``wrn28-10`` (any ``wrn<depth>-<k>``); ``transformer`` for token ids. Every one is a plain
+``nn.Module`` that :class:`~pyrobnn.BayesianNetwork` converts, and runs under every estimator handler, ``vdp``
+included. ``tv:<name>``: any torchvision classifier. ``hf:<name>`` and ``hf:<path>``: pretrained ``transformers``
+classifiers with LoRA adapters and their own tokenizer (:mod:`pyrobnn.networks.hf`, the ``hf`` extra). A new source
+(another hub of pretrained models) is an entry of :data:`SOURCES`. :class:`PyroBNN` is a whole Pyro model instead,
+the README's "Your own Pyro model".
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from torch import nn
 
@@ -28,7 +34,8 @@ from pyrobnn.networks.vit import ViT
 from pyrobnn.networks.wide_resnet import WideResNet
 
 __all__ = ["MLP", "LeNet5", "ViT", "AlexNet", "ResNet", "resnet18", "resnet50", "VGG16", "WideResNet",
-           "TransformerClassifier", "PyroBNN", "NETWORKS", "CIFAR_INPUT_SHAPE", "build_net"]
+           "TransformerClassifier", "PyroBNN", "NETWORKS", "CIFAR_INPUT_SHAPE", "build_net", "NetworkSpec",
+           "NetworkSource", "SOURCES", "network_spec"]
 
 CIFAR_INPUT_SHAPE = (3, 32, 32)
 """The per-example input shape the CIFAR architectures are defined for."""
@@ -158,18 +165,151 @@ def _torchvision(name: str, input_shape: tuple, num_outputs: int, width: float) 
     return nn.Sequential(_GreyToRGB(), net) if input_shape[0] == 1 else net
 
 
-def _pretrained(source: str, input_shape: tuple, num_outputs: int, width: float, dropout: float,
-                vocab_size: int | None, lora) -> nn.Module:
+def _pretrained(spec: "NetworkSpec", input_shape: tuple, num_outputs: int, *, hidden, dropout: float,
+                width: float, vocab_size: int | None) -> nn.Module:
     from pyrobnn.networks import hf
 
     if len(input_shape) != 1 or vocab_size is None:
-        raise ValueError(f"hf:{source} reads token ids (a text dataset such as imdb), got input shape {input_shape}")
+        raise ValueError(f"{spec.name} reads token ids (a text dataset such as imdb), got input shape {input_shape}")
     if width != 1 or dropout:
-        raise ValueError(f"width and dropout do not apply to hf:{source} (a pretrained network keeps its own): use 1 "
+        raise ValueError(f"width and dropout do not apply to {spec.name} (a pretrained network keeps its own): use 1 "
                          f"and 0, got {width!r} and {dropout!r}")
-    net = hf.load_classifier(source, num_outputs, lora=hf.LoRA() if lora is None else lora)
-    hf.check_token_ids(source, net, vocab_size)
+    net = hf.load_classifier(spec.folder(), num_outputs, lora=hf.LoRA() if spec.lora is None else spec.lora)
+    hf.check_token_ids(spec.folder(), net, vocab_size)
     return net
+
+
+def _zoo(spec: "NetworkSpec", input_shape: tuple, num_outputs: int, *, hidden, dropout: float, width: float,
+         vocab_size: int | None) -> nn.Module:
+    builder = NETWORKS.get(spec.key)
+    if builder is None:
+        depth, widen = _WIDE_RESNET.fullmatch(spec.key).groups()
+        builder = _wide_resnet(spec.key, int(depth), int(widen))
+    if (vocab_size is not None) != (builder is _transformer):
+        raise ValueError(f"network {spec.name!r} does not read token ids; use --model transformer or hf:NAME for "
+                         "text" if vocab_size is not None else
+                         f"network {spec.name!r} needs a text dataset (token ids)")
+    extra = {"vocab_size": vocab_size} if builder is _transformer else {}
+    return builder(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width, **extra)
+
+
+def _torchvision_source(spec: "NetworkSpec", input_shape: tuple, num_outputs: int, *, hidden, dropout: float,
+                        width: float, vocab_size: int | None) -> nn.Module:
+    return _torchvision(spec.key, input_shape, num_outputs, width)
+
+
+def _zoo_key(name: str) -> str:
+    key = name.lower()
+    key = _ALIASES.get(key, key)
+    if key not in NETWORKS and not _WIDE_RESNET.fullmatch(key):
+        raise ValueError(f"unknown network {name!r}; choose one of {list(NETWORKS)}, 'wrn<depth>-<k>', "
+                         f"{', '.join(repr(p + '<name>') for p in SOURCES if p)} (hf: a pretrained name or folder)")
+    return key
+
+
+def _hf_folder(spec: "NetworkSpec") -> Path:
+    from pyrobnn.networks import hf
+
+    return hf.pretrained_folder(spec.key)
+
+
+def _hf_tokenizer(spec: "NetworkSpec"):
+    from pyrobnn.networks import hf
+
+    return hf.load_tokenizer(spec.folder())
+
+
+def _hf_check(spec: "NetworkSpec") -> None:
+    from pyrobnn.networks import hf
+
+    hf.check_lora(spec.folder(), hf.LoRA() if spec.lora is None else spec.lora)
+
+
+class NetworkSource(NamedTuple):
+    """Where networks come from: how a name there becomes a key (``key``), the network of a spec (``build``), and,
+    for a source of pretrained networks, their folder, tokenizer and check (the name, the weights, the options),
+    and whether it takes LoRA adapters."""
+
+    name: str
+    key: Callable[[str], str]
+    build: Callable[..., nn.Module]
+    folder: Optional[Callable[["NetworkSpec"], Path]] = None
+    tokenizer: Optional[Callable[["NetworkSpec"], object]] = None
+    check: Optional[Callable[["NetworkSpec"], None]] = None
+    takes_lora: bool = False
+
+
+SOURCES: dict[str, NetworkSource] = {
+    "": NetworkSource("zoo", _zoo_key, _zoo),
+    "tv:": NetworkSource("torchvision", lambda name: name, _torchvision_source),
+    "hf:": NetworkSource("transformers", lambda name: name, _pretrained, folder=_hf_folder, tokenizer=_hf_tokenizer,
+                         check=_hf_check, takes_lora=True),
+}
+"""The sources of networks by the prefix of their names: the zoo (no prefix, :data:`NETWORKS`), torchvision
+(``tv:``) and pretrained ``transformers`` classifiers (``hf:``, :mod:`pyrobnn.networks.hf`)."""
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """A network named once (:func:`network_spec`): the name as written, its source (:data:`SOURCES`), the key there
+    (an alias resolved; a torchvision name; a pretrained name or folder) and its options (a pretrained network's LoRA
+    adapters, :class:`~pyrobnn.networks.hf.LoRA`; None: the defaults)."""
+
+    name: str
+    prefix: str
+    key: str
+    lora: object = None
+
+    @property
+    def source(self) -> NetworkSource:
+        return SOURCES[self.prefix]
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether the network comes pretrained, with a folder and a tokenizer of its own."""
+        return self.source.folder is not None
+
+    def folder(self) -> Path:
+        """A pretrained network's folder (its weights checked), resolved once."""
+        if not self.pretrained:
+            raise ValueError(f"{self.name} is built, not pretrained: it has no folder")
+        return _folder(self)
+
+    def tokenizer(self):
+        """A pretrained network's own tokenizer (its texts' ids); None for a network built here."""
+        return None if self.source.tokenizer is None else self.source.tokenizer(self)
+
+    def check(self) -> None:
+        """Before anything is loaded: a pretrained network's name or folder, its weights, and its options against
+        its configuration (``ValueError``, ``ImportError`` naming the extra)."""
+        if self.source.check is not None:
+            self.source.check(self)
+
+    def build(self, input_shape: Sequence[int], num_outputs: int, *, hidden: Sequence[int] = (400,),
+              dropout: float = 0.0, width: float = 1.0, vocab_size: int | None = None) -> nn.Module:
+        """The network for inputs of ``input_shape`` and ``num_outputs`` outputs (:func:`build_net`)."""
+        return self.source.build(self, tuple(int(n) for n in input_shape), num_outputs, hidden=hidden,
+                                 dropout=dropout, width=width, vocab_size=vocab_size)
+
+
+_FOLDERS: dict = {}
+
+
+def _folder(spec: NetworkSpec) -> Path:
+    if spec.key not in _FOLDERS:
+        _FOLDERS[spec.key] = spec.source.folder(spec)
+    return _FOLDERS[spec.key]
+
+
+def network_spec(name: str, lora=None) -> NetworkSpec:
+    """The network ``name`` names, resolved once: its source by its prefix (:data:`SOURCES`), the key there, and
+    ``lora`` (LoRA adapters, for a source that takes them); an unknown zoo name, or ``lora`` for a network that takes
+    none, is a ``ValueError``."""
+    prefix = next((p for p in SOURCES if p and name.lower().startswith(p)), "")
+    source = SOURCES[prefix]
+    if lora is not None and not source.takes_lora:
+        raise ValueError(f"lora applies to pretrained networks (hf:NAME), not to {name!r}")
+    return NetworkSpec(name, prefix, source.key(name[len(prefix):]), lora)
 
 
 def build_net(
@@ -183,7 +323,8 @@ def build_net(
     vocab_size: int | None = None,
     lora=None,
 ) -> nn.Module:
-    """Build a network by name for inputs of ``input_shape`` (per example) and ``num_outputs`` outputs.
+    """Build a network by name for inputs of ``input_shape`` (per example) and ``num_outputs`` outputs
+    (:func:`network_spec`, then :meth:`NetworkSpec.build`).
 
     ``mlp`` uses ``hidden``; ``lenet300-100`` is ``MLP(784, (300, 100), 10)``; ``lenet5`` needs
     ``(C, 28|32, 28|32)`` images (ReLU, max-pool); ``vit`` is the small :class:`ViT` (7x7 patches of 28x28, 8x8 of
@@ -198,26 +339,7 @@ def build_net(
     only one of the built-in models that takes them. ``hf:<name>`` (:data:`~pyrobnn.networks.hf.PRETRAINED`) and
     ``hf:<path>`` are a pretrained ``transformers`` classifier with ``lora`` adapters
     (:class:`~pyrobnn.networks.hf.LoRA`, default r 8 on query and value) and a new head, its backbone frozen;
-    its token ids must come from its own tokenizer (:func:`~pyrobnn.networks.hf.load_tokenizer`).
+    its token ids must come from its own tokenizer (:meth:`NetworkSpec.tokenizer`).
     """
-    key = name.lower()
-    key = _ALIASES.get(key, key)
-    input_shape = tuple(int(n) for n in input_shape)
-    if key.startswith("hf:"):
-        return _pretrained(name[3:], input_shape, num_outputs, width, dropout, vocab_size, lora)
-    if lora is not None:
-        raise ValueError(f"lora applies to pretrained networks (hf:NAME), not to {name!r}")
-    if key.startswith("tv:"):
-        return _torchvision(name[3:], input_shape, num_outputs, width)
-    builder = NETWORKS.get(key)
-    wide = _WIDE_RESNET.fullmatch(key)
-    if builder is None and wide:
-        builder = _wide_resnet(key, int(wide[1]), int(wide[2]))
-    if builder is None:
-        raise ValueError(f"unknown network {name!r}; choose one of {list(NETWORKS)}, 'wrn<depth>-<k>', "
-                         "'tv:<torchvision name>' or 'hf:<pretrained name or folder>'")
-    if (vocab_size is not None) != (builder is _transformer):
-        raise ValueError(f"network {name!r} does not read token ids; use --model transformer or hf:NAME for "
-                         "text" if vocab_size is not None else f"network {name!r} needs a text dataset (token ids)")
-    extra = {"vocab_size": vocab_size} if builder is _transformer else {}
-    return builder(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width, **extra)
+    return network_spec(name, lora).build(input_shape, num_outputs, hidden=hidden, dropout=dropout, width=width,
+                                          vocab_size=vocab_size)

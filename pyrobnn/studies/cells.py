@@ -3,13 +3,15 @@ checked as that command would, and its cache key.
 
 A cell's arguments are its label's settings (a study file's ``[settings]``), the study's base arguments, then one
 value of each axis (``--guide dropout``), then its replicate (``--seed 2``, ``--split 1``): later arguments win, so
-an axis overrides the base and the base a label's settings. A ``--method NAME``
-among them stays as written (the replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the
-command line expands it, by :func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's
-after them. A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options that
-command takes and drops the others (``--epochs``, ``--lr``). ``--num-samples`` is the number of draws there: a base
-that names the sampling method itself sets it, a base written for ``pyrobnn train`` (the method from an axis) does
-not, and the preset's stands (:data:`_OTHER_MEANING`).
+an axis overrides the base and the base a label's settings. A ``--method NAME`` among them stays as written (the
+replay command reads ``pyrobnn train --method bbb ...``) and is expanded, as the command line expands it, by
+:func:`pyrobnn.cli.methods.expand_method`: the preset's arguments first, the user's after them. Every option of the
+base reaches every cell, its ``--lr`` a SWAG cell's SGD too (a rate the method cannot take stops the study in one
+line naming the option that sets the method's), except the options of another kind of method (``--swag.lr`` in an
+MC dropout cell). A method that another command runs (``nuts``: ``pyrobnn mcmc``) keeps the base and axis options
+that command takes and drops the others (``--epochs``, ``--lr``). ``--num-samples`` is the number of draws there: a
+base that names the sampling method itself sets it, a base written for ``pyrobnn train`` (the method from an axis)
+does not, and the preset's stands (:data:`_OTHER_MEANING`).
 
 The cache key is a hash of everything that changes what the cell trains or measures: every option of its parsed
 configuration except :data:`NOT_IN_KEY`, and the command.
@@ -22,6 +24,7 @@ import difflib
 import functools
 import hashlib
 import json
+import re
 import shlex
 import typing
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ import tyro
 
 from pyrobnn.cli import mcmc, parse_config, train
 from pyrobnn.cli.build import check_mcmc, check_run, dataset_options, method_of
-from pyrobnn.cli.methods import expand_method
+from pyrobnn.cli.methods import KINDS, expand_method, former_selectors
 from pyrobnn.cli.noise import default_noise_applies
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.data import check_dataset
@@ -59,7 +62,8 @@ KEYED_WHEN_SET = ("--data.target", "--data.task", "--data.features", "--data.cat
                   "--data.test-fraction", "--data.seed", "--calibrate", "--calibrate.fraction", "--calibrate.coverage",
                   "--swag", "--swag.start", "--swag.rank", "--swag.lr", "--sgmcmc", "--sgmcmc.temperature",
                   "--sgmcmc.friction", "--sgmcmc.cycles", "--sgmcmc.exploration", "--sgmcmc.chains",
-                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets", "--kl-lr")
+                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets", "--kl-lr", "--ivon.ess",
+                  "--ivon.hess-init", "--ivon.beta1", "--ivon.beta2")
 """Options added after studies had cached cells: at their default they change nothing that a cell trains or
 measures, so they enter its key only when set, and the cells cached before they existed keep their keys (an option
 added later joins this list)."""
@@ -208,19 +212,30 @@ def _noise_key(config) -> float | str:
     return "default" if default_noise_applies(config, task) else FORMER_NOISE
 
 
-def cache_key(command: str, config) -> str:
+FORMER_SELECTORS = {"--ensemble": 0, "--laplace": False, "--swag": False, "--sgmcmc": "none"}
+"""The options that once picked a method beside ``--method`` (:data:`pyrobnn.cli.methods.ALIASES`) and their
+defaults: a ``train`` cell's key holds their values for its method (:func:`~pyrobnn.cli.methods.former_selectors`),
+so that the cells cached before they became aliases keep their keys."""
+
+
+def cache_key(command: str, config, method=None) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
     of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
-    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``, unset draws as the method's."""
-    defaults = _defaults(command)
-    options = {flag: value for flag, value in config.flags().items()
+    keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``, unset draws as the method's; a ``train`` cell's
+    former selector options of its ``method`` (:data:`FORMER_SELECTORS`; default: the method its options build)."""
+    defaults = {**_defaults(command), **FORMER_SELECTORS}
+    flags = config.flags()
+    if command == "train":
+        method = method_of(config) if method is None else method
+        flags.update(former_selectors(method))
+    options = {flag: value for flag, value in flags.items()
                if flag not in NOT_IN_KEY and flag != "--compile"
                and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
     options.update(EXECUTOR_KEY[command])
     if command == "train" and config.likelihood.scale is None:
         options["--likelihood.scale"] = _noise_key(config)
     if command == "train" and config.output.num_samples is None:  # the method's draws, as parse_cell runs them
-        options["--num-samples"] = method_of(config).num_samples
+        options["--num-samples"] = method.num_samples
     text = json.dumps({"command": command, "options": options}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -248,22 +263,23 @@ def _merged_lists(settings: typing.Sequence[str], base: typing.Sequence[str]) ->
     return kept, joined
 
 
-OPTIMIZER_RATES = ("--lr", "--weight-decay")
-"""A base's options that are the rates of its optimiser (``--optimizer``, Adam by default): a method from an axis that
-trains with another optimiser (SWAG's SGD) keeps its own rates (:func:`_without_other_optimizers_rates`)."""
+def _for_its_method(base: typing.Sequence[str], method) -> list[str]:
+    """``base`` without the options of another kind of method than ``method``'s own (``--swag.lr`` in the cells of
+    MC dropout: a study's base may hold SWAG's rate for its SWAG cells, and it means nothing to the others; every
+    other option of the base, its ``--lr`` included, reaches every cell)."""
+    foreign = tuple(f"--{prefix}." for cls, prefix in KINDS.items() if not isinstance(method, cls))
+    return [token for flag, tokens in split_options(base) if not flag.startswith(foreign) for token in tokens]
 
 
-def _without_other_optimizers_rates(base: typing.Sequence[str], method) -> list[str]:
-    """``base`` without :data:`OPTIMIZER_RATES` when ``method`` trains with another optimiser than the base's (one it
-    names: SWAG's SGD; or its own: IVON): a study whose base sets Adam's ``--lr 0.01`` for MC dropout and BBB trains
-    SWAG's SGD and IVON at their own rates, not at a rate chosen for Adam (the cell's replay command shows what it
-    ran)."""
-    named = [tokens[1] for flag, tokens in split_options(base) if flag == "--optimizer" and len(tokens) > 1]
-    base_optimizer = named[-1] if named else _defaults("train")["--optimizer"]
-    own = method.optimizer
-    if method.takes_optimizer and (own is None or own.name == base_optimizer):
-        return list(base)
-    return [token for flag, tokens in split_options(base) if flag not in OPTIMIZER_RATES for token in tokens]
+def _how_a_study_sets(message: str) -> str:
+    """How a study sets the options of a kind of method that ``message`` names (``--swag.lr``), for that method's
+    cells alone: in its base (they reach only the cells of their kind), or as an axis."""
+    prefixes = "|".join(re.escape(prefix) for prefix in KINDS.values())
+    flags = list(dict.fromkeys(re.findall(rf"--(?:{prefixes})\.[a-z0-9-]+", message)))
+    if not flags:
+        return ""
+    return (f" (a study sets {flags[0]} for its cells of that method: {flags[0]} V in its base, or --vary "
+            f"{flags[0][2:]}=V1,V2)")
 
 
 def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[str, int], label: str,
@@ -280,8 +296,8 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             resolve_method(method)  # the registry's error names the known methods
         name = _method_of([*base, *(["--method", method] if method else [])])
         command = resolve_method(name).command if name else "train"
-        if method is not None and _method_of(list(base)) != method:
-            base = _without_other_optimizers_rates(base, resolve_method(method))
+        if name is not None:
+            base = _for_its_method(base, resolve_method(name))
         settings, base = _merged_lists(settings, base)
         arguments = list(base)
         for axis, value in axes.items():
@@ -296,9 +312,9 @@ def make_cell(base: typing.Sequence[str], axes: dict[str, str], replicate: dict[
             takes = set(accepted_options(command)) | {"--method"}
             arguments = [token for flag, tokens in split_options(arguments) if flag in takes for token in tokens]
         config = parse_cell(command, arguments)
-        _CHECKS[command](config)
+        checked = _CHECKS[command](config)
     except ValueError as error:
-        raise ValueError(f"study cell {where}: {error}") from None
+        raise ValueError(f"study cell {where}: {error}{_how_a_study_sets(str(error))}") from None
     flags = config.flags()
     return Cell(command, tuple(arguments), label, dict(axes), flags.get("--seed"), flags.get("--split"),
-                cache_key(command, config))
+                cache_key(command, config, checked.method if command == "train" else None))

@@ -1,7 +1,8 @@
-"""SWAG, MultiSWAG and SG-MCMC in ``pyrobnn train`` (``--swag``, ``--ensemble M --swag``, ``--sgmcmc NAME``): the runs
-write draws.pt that ``pyrobnn evaluate`` reads back with the same numbers, ``--swag.lr`` is Maddox et al.'s schedule,
+"""SWAG, MultiSWAG and SG-MCMC in ``pyrobnn train`` (``--method swag``, ``multiswag-M``, ``sghmc``): the runs write
+draws.pt that ``pyrobnn evaluate`` reads back with the same numbers, ``--swag.lr`` is Maddox et al.'s schedule,
 ``--resume`` trains again (the moments and draws are not checkpointed), ``--grid`` scores each point by its draws,
-and bad settings are one error line with nothing written (a diverging rate: exit 1, no draws)."""
+and what a method refuses is one error line naming the options, with nothing written (a diverging rate: exit 1, no
+draws)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from pyrobnn.checkpoint import load_checkpoint
 from tests.infer.test_ensemble import assert_evaluate_reproduces
 from tests.support import MOONS, error_line, run_cli
 
-SWAG_RUN = ["train", *MOONS, "--guide", "point", "--optimizer", "sgd", "--lr", "0.05", "--epochs", 4, "--swag",
-            "--swag.rank", 3, "--seed", 2]
-SGHMC_RUN = ["train", *MOONS, "--guide", "point", "--sgmcmc", "sghmc", "--lr", "0.01", "--epochs", 6, "--seed", 1]
+SWAG_RUN = ["train", *MOONS, "--method", "swag", "--lr", "0.05", "--swag.lr", "0.05", "--epochs", 4, "--swag.rank", 3,
+            "--seed", 2]
+SGHMC_RUN = ["train", *MOONS, "--method", "sghmc", "--lr", "0.01", "--epochs", 6, "--seed", 1]
 
 RUNS = {  # name: (its command line, draws.pt's kind, the draws' (runs, draws), its report in metrics.json)
-    "multiswag": ([*SWAG_RUN, "--ensemble", 2], "swag", (2, 5),
+    "multiswag": ([*SWAG_RUN, "--method", "multiswag-2"], "swag", (2, 5),
                   {"members": 2, "draws_per_member": 5, "start": 2, "rank": 3, "collected": [2, 2],
                    "batchnorm_recomputed": False}),
     "chains": ([*SGHMC_RUN, "--sgmcmc.chains", 3], "sgmcmc", (3, 3),
@@ -61,15 +62,15 @@ def test_cli_swag_lr_sets_maddox_et_als_schedule_and_resume_trains_again(tmp_pat
 
 
 @pytest.mark.parametrize("posterior, draws", [
-    (["--sgmcmc", "sgld", "--sgmcmc.chains", 2], (2, 2)),
-    (["--optimizer", "sgd", "--swag", "--swag.rank", 2, "--ensemble", 2, "--num-samples", 3], (2, 3)),
+    (["--method", "sgld", "--lr", "0.01", "--sgmcmc.chains", 2], (2, 2)),
+    (["--method", "multiswag-2", "--lr", "0.01", "--swag.lr", "0.01", "--swag.rank", 2, "--num-samples", 3], (2, 3)),
 ])
 def test_cli_grid_scores_each_point_by_its_draws(posterior, draws, tmp_path):
     """--grid on a regression: the noise precisions of a stack train their chains (or MultiSWAG's members) as one
     stacked network, and each point is scored by its own draws."""
     out = tmp_path / "run"
     assert run_cli(["train", "--dataset", "sinusoid", "--train-size", 60, "--test-size", 20, "--hidden", 8,
-                    "--batch-size", 20, "--guide", "point", "--lr", "0.01", "--epochs", 4, *posterior,
+                    "--batch-size", 20, "--epochs", 4, *posterior,
                     "--grid", "tau=1,10", "--no-progress", "--out", out]) == 0
     report = json.loads((out / "metrics.json").read_text())
     assert [point["values"] for point in report["selection"]["points"]] == [{"tau": "1"}, {"tau": "10"}]
@@ -80,23 +81,22 @@ def test_cli_grid_scores_each_point_by_its_draws(posterior, draws, tmp_path):
     (SWAG_RUN, ["--swag.rank", 0], "--swag.rank (K, the deviations kept) must be at least 2"),
     (SWAG_RUN, ["--swag.start", 4], "--swag.start 4 is at or after the last epoch (--epochs 4)"),
     (SWAG_RUN, ["--swag.start", 3], "--swag.start 3 leaves one epoch of the 4 (--epochs) to collect"),
-    (SWAG_RUN, ["--optimizer", "adam"], "--swag fits its Gaussian to SGD's iterates: pass --optimizer sgd"),
-    (SWAG_RUN, ["--laplace"], "--laplace and --swag are two posteriors"),
-    (SWAG_RUN, ["--swag.lr", "0.01", "--lr-step", "2"], "--swag.lr sets SWAG's learning-rate schedule"),
+    (SWAG_RUN, ["--optimizer", "adam"], "SWAG fits its Gaussian to SGD's iterates: --optimizer must be sgd (got adam)"),
+    (SWAG_RUN, ["--swag.lr", "0.01", "--lr-step", "2"], "--swag.lr sets SWAG's learning-rate schedule: drop "
+                                                         "--lr-step/--lr-linear-from"),
     (SGHMC_RUN, ["--epochs", 3, "--batch-size", 34, "--sgmcmc.cycles", 2, "--sgmcmc.exploration", "0.9"],
-     "--sgmcmc sghmc: no epoch of the 3 (3 steps each) ends past the exploration of its cycle"),
+     "--method sghmc: no epoch of the 3 (3 steps each) ends past the exploration of its cycle"),
     (SGHMC_RUN, ["--sgmcmc.friction", 0], "friction"),
     (SGHMC_RUN, ["--sgmcmc.chains", 0], "--sgmcmc.chains must be a positive integer"),
-    (SGHMC_RUN, ["--weight-decay", "0.001"], "--weight-decay 0.001 does not apply to --sgmcmc"),
-    (SGHMC_RUN, ["--beta", "geometric"], "--sgmcmc samples the posterior, whose KL weight is 1"),
-    (SGHMC_RUN, ["--ensemble", 2], "--ensemble 2 and --sgmcmc sghmc are two posteriors: choose one (several chains: "
-                                   "--sgmcmc.chains C)"),
-    (SGHMC_RUN, ["--guide", "normal"], "--sgmcmc sghmc starts from MAP fits: use --guide point"),
+    (SGHMC_RUN, ["--weight-decay", "0.001"], "--weight-decay 0.001 does not apply to SG-MCMC"),
+    (SGHMC_RUN, ["--beta", "geometric"], "SG-MCMC samples the posterior, whose KL weight is 1: drop --beta"),
+    (SGHMC_RUN, ["--guide", "normal"], "SG-MCMC (sghmc) starts from MAP fits: --guide must be point estimates"),
     (SGHMC_RUN, ["--sgmcmc.chains", 2, "--val-size", 10], "--sgmcmc.chains 2 run as one stacked network, which takes "
                                                           "no --val-size"),
-    (["train", *MOONS, "--guide", "point"], ["--swag.rank", 5], "--swag.rank sets SWAG's collection: add --swag"),
+    (["train", *MOONS, "--guide", "point"], ["--swag.rank", 5], "--swag.rank sets SWAG's rank: it applies to "
+                                                                "--method swag or multiswag-5"),
     (["train", *MOONS, "--guide", "point"], ["--sgmcmc.temperature", "0.5"],
-     "--sgmcmc.temperature sets the SG-MCMC sampler: add --sgmcmc NAME"),
+     "--sgmcmc.temperature sets SGMCMC's temperature: it applies to --method sgld or sghmc or csghmc"),
 ])
 def test_cli_bad_settings_are_one_line_and_write_nothing(base, argv, message, tmp_path, capsys):
     out = tmp_path / "run"

@@ -16,13 +16,15 @@ import pytest
 from pyrobnn.checkpoint import save_checkpoint
 from pyrobnn.cli import _parse
 from pyrobnn.cli.build import beta_schedule, build, build_network, check_mcmc, check_run, method_of
+from pyrobnn.cli.methods import expand_method
 from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.cli.runs import load_data
 
 TOY = ["--dataset", "two-moons", "--train-size", "40", "--test-size", "20", "--hidden", "8"]
 MIXTURE = ["--prior", "node", "--guide", "mixture-node"]
-SWAG = ["--guide", "point", "--optimizer", "sgd", "--epochs", "4", "--swag"]
-SGMCMC = ["--guide", "point", "--sgmcmc", "sghmc"]
+SWAG = ["--method", "swag", "--epochs", "4"]
+SGMCMC = ["--method", "sghmc"]
+IVON = ["--method", "ivon"]
 HF = ["--dataset", "imdb", "--model", "hf:minilm-l6", "--data.max-length", "16"]
 
 TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
@@ -106,18 +108,18 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--overwrite": ([], []),
     "--max-memory": (["0.5"], []),
     "--method": (["map"], []),
-    "--ensemble": (["2"], ["--guide", "point"]),
-    "--laplace": ([], ["--guide", "point"]),
-    "--swag": ([], SWAG[:-1]),
     "--swag.start": (["1"], SWAG),
     "--swag.rank": (["5"], SWAG),
-    "--swag.lr": (["0.01"], SWAG),
-    "--sgmcmc": (["sgld"], ["--guide", "point"]),
+    "--swag.lr": (["0.0005"], SWAG),
     "--sgmcmc.temperature": (["0.5"], SGMCMC),
     "--sgmcmc.friction": (["0.5"], SGMCMC),
     "--sgmcmc.cycles": (["2"], SGMCMC),
     "--sgmcmc.exploration": (["0.3"], SGMCMC),
     "--sgmcmc.chains": (["2"], SGMCMC),
+    "--ivon.ess": (["100"], IVON),
+    "--ivon.hess-init": (["0.5"], IVON),
+    "--ivon.beta1": (["0.8"], IVON),
+    "--ivon.beta2": (["0.999"], IVON),
     "--progress": ([], []),  # the flag of a bool defaulting to True is --no-progress
     "--num-samples": (["7"], []),
     "--ood-dataset": (["fashion-mnist"], ["--dataset", "mnist", "--data-root", "{data_root}"]),
@@ -217,7 +219,7 @@ def test_every_option_has_a_case():
 def test_each_train_option_with_a_non_default_value_builds_the_run(flag, data_root, tmp_path):
     value, context = TRAIN_CASES[flag]
     argv = ["train", *TOY, "--out", str(tmp_path / "run"), *context, *_argv(flag, value, [], RunConfig().flags())]
-    cfg = _parse(_fill(argv, data_root, tmp_path))
+    cfg = _parse(expand_method(_fill(argv, data_root, tmp_path)))
     assert cfg.flags()[flag] != RunConfig().flags()[flag], "the value did not reach the run configuration"
     check_run(cfg)
     cfg.data.train_size = min(cfg.data.train_size or 40, 40)

@@ -15,7 +15,7 @@ from scipy.special import logsumexp
 
 from pyrobnn.checkpoint import load_checkpoint
 from pyrobnn.cli import _parse
-from pyrobnn.cli.build import build_network
+from pyrobnn.cli.build import build_network, check_mcmc
 from pyrobnn.cli.mcmc import choose_noise
 from pyrobnn.cli.options import MCMCConfig
 from pyrobnn.cli.runs import load_data
@@ -78,7 +78,7 @@ def test_the_noise_is_chosen_without_the_test_split(folder, tmp_path, monkeypatc
                   "--out", str(tmp_path / "run")])
     data = load_data(cfg)  # the run's own data (its test split is read here, before the search)
     read = request.getfixturevalue("forbid_test_split")
-    chosen, selection = choose_noise(cfg, data)
+    chosen, selection = choose_noise(cfg, check_mcmc(cfg), data)
     assert set(read) == {("train", 1)} and len(selection["points"]) == 2
     monkeypatch.undo()
 
@@ -87,7 +87,7 @@ def test_the_noise_is_chosen_without_the_test_split(folder, tmp_path, monkeypatc
     test_rows = rows(folder, "test", 1)
     table[test_rows, TARGET] = np.random.default_rng(1).permutation(table[test_rows, TARGET]) * 3 + 100
     np.savetxt(folder / "data.txt", table)
-    again, permuted = choose_noise(cfg, load_data(cfg))
+    again, permuted = choose_noise(cfg, check_mcmc(cfg), load_data(cfg))
     assert permuted["chosen"] == selection["chosen"] and again.likelihood.scale == chosen.likelihood.scale
     assert [p["log_likelihood"] for p in permuted["points"]] == [p["log_likelihood"] for p in selection["points"]]
 

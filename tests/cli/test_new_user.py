@@ -23,6 +23,7 @@ from pyrobnn.cli.runs import training_accuracy
 from pyrobnn.data import two_moons
 from pyrobnn.device import peak_bytes
 from pyrobnn.infer.predict import predictive_outputs
+from pyrobnn.methods import VariationalPosterior
 from pyrobnn.networks import MLP, LeNet5
 from tests.support import MOONS, error_line, run_cli
 
@@ -163,7 +164,8 @@ def test_the_chance_level_is_measured_on_rows_of_every_class():
     torch.manual_seed(0)
     x, y = torch.randn(3000, 2), torch.arange(3).repeat_interleave(1000)
     model = BayesianNetwork(MLP(2, (4,), 3), num_data=3000)
-    accuracy, chance = training_accuracy(model, PointGuide(model), SimpleNamespace(x_train=x, y_train=y))
+    posterior = VariationalPosterior(model, PointGuide(model), num_samples=1)
+    accuracy, chance = training_accuracy(posterior, SimpleNamespace(x_train=x, y_train=y))
     expected = torch.bincount(y[torch.randperm(3000, generator=torch.Generator().manual_seed(0))[:1000]]).max()
     assert chance == pytest.approx(float(expected) / 1000) and 0.3 < chance < 0.4
     assert 0 <= accuracy <= 1
@@ -186,7 +188,7 @@ def test_vdp_with_particles_is_refused(tmp_path, capsys):
 
 def test_mcmc_refuses_the_node_prior(tmp_path, capsys):
     assert run_cli(["mcmc", "--prior", "node", "--out", tmp_path / "r"]) == 2
-    assert "--prior node does not apply to pyrobnn mcmc" in error_line(capsys)
+    assert "--prior node does not apply to NUTS" in error_line(capsys)
     assert not (tmp_path / "r").exists()
 
 
@@ -243,7 +245,8 @@ def test_a_mixture_guide_whose_last_batch_cannot_split_among_its_components_is_r
     assert not trained and not out.exists()
     # 44 rows leave a last batch of 4, which splits; the grid's 35 rows leave 3
     assert run_cli([*argv[:-2], "--train-size", "44", "--grid", "lr=0.01,0.02", "--out", out]) == 2
-    assert "on the --grid points' 35 training examples: batch_size (8) and the last batch (3 of 35" in \
-        error_line(capsys)
+    assert error_line(capsys).startswith("error: the --grid points' 35 training examples: --guide.components 4, "
+                                         "--batch-size 8, --num-particles 2 on 35 training examples: batch_size (8) "
+                                         "and the last batch (3 of 35")
     assert not trained and not out.exists()
     assert run_cli([*argv, "--num-particles", "4", "--grid", "lr=0.01"]) == 0

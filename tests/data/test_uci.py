@@ -20,6 +20,7 @@ from pyrobnn.__main__ import main
 from pyrobnn.analysis.evaluate import evaluate
 from pyrobnn.analysis.metrics import mixture_log_likelihood
 from pyrobnn.cli import _parse
+from pyrobnn.cli.build import Run
 from pyrobnn.cli.grid import grid_axes, grid_points, select_hyperparameters
 from pyrobnn.cli.runs import load_data
 from pyrobnn.data import load_dataset, uci_protocol
@@ -247,7 +248,8 @@ def test_the_grid_never_reads_the_test_split(folder, tmp_path, request):
     cfg = _cfg(folder, tmp_path, "--grid", "guide.rate=0.01,0.2", "tau=0.5,2")
     data = load_data(cfg)  # the run's own data: its test split is read here, before the search
     read = request.getfixturevalue("forbid_test_split")
-    chosen, selection = select_hyperparameters(cfg, data)
+    chosen, selection = select_hyperparameters(Run.of(cfg), data)
+    chosen = chosen.config
     assert read and set(read) == {("train", 1)}
     assert len(selection["points"]) == 4 and (selection["fit_size"], selection["held_out_size"]) == (19, 5)
     tau = float(selection["chosen"]["tau"])
@@ -276,7 +278,7 @@ def test_grid_protocol_is_the_data_sets_grid(folder, data_root, tmp_path):
 def test_bad_grids_are_one_clear_error(folder, tmp_path, grid, message):
     cfg = _cfg(folder, tmp_path, "--grid", *grid)
     with pytest.raises(ValueError, match=message):
-        select_hyperparameters(cfg, load_data(cfg))
+        select_hyperparameters(Run.of(cfg), load_data(cfg))
 
 
 def test_a_likelihood_that_learns_its_noise_takes_no_noise_precision_from_the_grid(folder, tmp_path):
@@ -290,7 +292,8 @@ def test_a_likelihood_that_learns_its_noise_takes_no_noise_precision_from_the_gr
     plain = _parse(["train", "--dataset", f"uci:{folder}", "--split", "1", "--hidden", "4", "--epochs", "2",
                     "--likelihood", "heteroscedastic", "--grid", "protocol", "--no-progress",
                     "--out", str(tmp_path / "plain")])
-    assert grid_axes(plain) == [] and select_hyperparameters(plain, load_data(plain)) == (plain, None)
+    run = Run.of(plain)
+    assert grid_axes(plain) == [] and select_hyperparameters(run, load_data(plain)) == (run, None)
 
 
 def test_the_likelihood_is_chosen_on_held_out_data_and_a_heteroscedastic_point_takes_no_tau(folder, tmp_path):
@@ -306,7 +309,8 @@ def test_the_likelihood_is_chosen_on_held_out_data_and_a_heteroscedastic_point_t
         {"guide.rate": "0.1", "likelihood": "heteroscedastic"},
         {"guide.rate": "0.1", "tau": "2.0", "likelihood": "gaussian"}]
     data = load_data(cfg)
-    chosen, selection = select_hyperparameters(cfg, data)
+    chosen, selection = select_hyperparameters(Run.of(cfg), data)
+    chosen = chosen.config
     assert len(selection["points"]) == 6
     best = max(selection["points"], key=lambda p: p["log_likelihood"])
     assert best["values"] == selection["chosen"] and chosen.likelihood.name == best["values"]["likelihood"]
@@ -323,11 +327,11 @@ def test_with_an_ensemble_each_grid_point_is_scored_as_its_ensemble(folder, tmp_
     fit_replicas, test_report = method_module.fit_replicas, grid_module.test_report
     monkeypatch.setattr(method_module, "fit_replicas", lambda pairs, *a, **k: (stacked.append(pairs),
                                                                                 fit_replicas(pairs, *a, **k))[1])
-    monkeypatch.setattr(grid_module, "test_report", lambda model, guide, held, num_samples, *a, **k: (
-        scored.append((guide, num_samples)), test_report(model, guide, held, num_samples, *a, **k))[1])
-    cfg = _cfg(folder, tmp_path, "--guide", "point", "--estimator", "sample", "--num-samples", "1", "--ensemble", "3",
-               "--grid", "tau=0.5,2")
-    _, selection = select_hyperparameters(cfg, load_data(cfg))
+    monkeypatch.setattr(grid_module, "test_report", lambda posterior, held, *a, **k: (
+        scored.append((posterior.guide, posterior.num_samples)), test_report(posterior, held, *a, **k))[1])
+    cfg = _cfg(folder, tmp_path, "--guide", "point", "--estimator", "sample", "--num-samples", "1", "--method",
+               "ensemble-3", "--grid", "tau=0.5,2")
+    _, selection = select_hyperparameters(Run.of(cfg), load_data(cfg))
     assert [len(pairs) for pairs in stacked] == [6]  # 2 points x 3 members, one stack
     assert len(scored) == 2 and all(isinstance(g, PosteriorDraws) and n == 3 for g, n in scored)
     for guide, _ in scored:  # three distinct members: their own initialisations
@@ -362,7 +366,7 @@ def test_train_with_a_grid_records_the_choice_and_evaluate_reproduces_it(folder,
 def test_resume_is_refused_with_a_grid(folder, tmp_path):
     cfg = _cfg(folder, tmp_path, "--grid", "lr=0.01", "--resume")
     with pytest.raises(ValueError, match="--resume does not apply to a run with --grid"):
-        select_hyperparameters(cfg, load_data(cfg))
+        select_hyperparameters(Run.of(cfg), load_data(cfg))
 
 
 # ----------------------------------------------------------------------------- the study files

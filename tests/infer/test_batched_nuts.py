@@ -37,6 +37,7 @@ from pyrobnn.infer.mcmc import chain_diagnostics, sample_posterior, summarise
 from pyrobnn.infer.potential import BatchedPotential, CannotBatch, FlatPotential
 from pyrobnn.model.priors import Prior
 from pyrobnn.networks import MLP
+from tests.support import nuts
 
 COMPILERS = ["trace", "none"]  # inductor (seconds to compile) is checked once, in test_every_compiler_...
 
@@ -232,8 +233,8 @@ def test_a_network_that_cannot_batch_is_refused_by_name_or_sampled_by_pyro():
     with pytest.raises(CannotBatch, match="outside a Linear/Conv layer"):
         BatchedPotential(FlatPotential(model, x, y))
     with pytest.raises(ValueError, match=r"sampler='batched'.*cannot run several weight vectors.*sampler='pyro'"):
-        sample_posterior(model, x, y, num_samples=5, warmup=5, sampler="batched")
-    result = sample_posterior(model, x, y, num_samples=10, warmup=10, sampler="auto")
+        sample_posterior(model, x, y, **nuts(num_samples=5, warmup=5, sampler="batched"))
+    result = sample_posterior(model, x, y, **nuts(num_samples=10, warmup=10, sampler="auto"))
     assert result.diagnostics["sampler"] == "pyro" and result.predictions.shape == (2, 10, 10, 1)
 
 
@@ -290,7 +291,7 @@ def test_nuts_recovers_bayesian_linear_regression_posterior():
     x = torch.randn(n, d) @ torch.tensor([[1.0, 0.6], [0.0, 0.8]])
     y = x @ torch.tensor([[1.0], [-0.5]]) + 0.3 + sigma * torch.randn(n, 1)
     model = BayesianNetwork(nn.Linear(d, 1), Gaussian(sigma), prior=GaussianPrior(0.0, s), num_data=n)
-    result = sample_posterior(model, x, y, num_samples=400, warmup=300, num_chains=4, seed=0, sampler="batched")
+    result = sample_posterior(model, x, y, **nuts(num_samples=400, warmup=300, num_chains=4, seed=0, sampler="batched"))
     diag = result.diagnostics
     assert diag["sampler"] == "batched" and diag["converged"] and diag["warnings"] == [] and diag["divergences"] == 0
     design = torch.cat([x, torch.ones(n, 1)], 1).double()
@@ -344,8 +345,9 @@ def test_two_moons_predictive_agrees_with_pyros_nuts_and_numpyros():
     for sampler, chains, draws in (("pyro", 2, 100), ("batched", 8, 150)):
         pyro.set_rng_seed(0)
         model = BayesianNetwork(MLP(2, (3,), 2), prior=GaussianPrior(0.0, 1.0))
-        result = sample_posterior(model, data.x_train, data.y_train, num_samples=draws, warmup=draws, num_chains=chains,
-                                  seed=0, sampler=sampler, prediction_x=grid, init_jitter=0.1)
+        result = sample_posterior(model, data.x_train, data.y_train, **nuts(
+            num_samples=draws, warmup=draws, num_chains=chains, seed=0, sampler=sampler, prediction_x=grid,
+            init_jitter=0.1))
         assert result.diagnostics["sampler"] == sampler and result.diagnostics["prediction_r_hat_max"] < 1.1
         predictive[sampler] = predictive_moments(result.predictions[..., 1])
     assert_same_predictive(predictive["pyro"], predictive["batched"])
@@ -416,9 +418,9 @@ def test_cubic_predictive_agrees_with_pyros_nuts_and_numpyros():
     for sampler, chains, draws in (("pyro", 2, 100), ("batched", 8, 200)):
         pyro.set_rng_seed(0)
         model = BayesianNetwork(MLP(1, (hidden,), 1), Gaussian(noise), prior=GaussianPrior(0.0, 1.0))
-        result = sample_posterior(model, x, y, num_samples=draws, warmup=draws, num_chains=chains, seed=0,
+        result = sample_posterior(model, x, y, **nuts(num_samples=draws, warmup=draws, num_chains=chains, seed=0,
                                   sampler=sampler, prediction_x=grid, init_jitter=0.1, compile="trace",
-                                  max_tree_depth=CUBIC_TREE_DEPTH)
+                                  max_tree_depth=CUBIC_TREE_DEPTH))
         assert result.diagnostics["prediction_r_hat_max"] < 1.1
         predictive[sampler] = predictive_moments(result.predictions[..., 0])
     assert_same_predictive(predictive["pyro"], predictive["batched"])
@@ -462,7 +464,7 @@ def test_weight_symmetry_inflates_weight_r_hat_but_not_function_space_r_hat():
     net = nn.Sequential(nn.Linear(1, 1, bias=False), nn.Tanh(), nn.Linear(1, 1, bias=False))
     model = BayesianNetwork(net, Gaussian(0.05), prior=GaussianPrior(0.0, 2.0))
     initial = torch.tensor([[1.0, 1.5], [-1.0, -1.5], [1.0, 1.5], [-1.0, -1.5]])
-    result = sample_posterior(model, x, y, num_samples=150, warmup=100, num_chains=4, seed=0, initial=initial)
+    result = sample_posterior(model, x, y, **nuts(num_samples=150, warmup=100, num_chains=4, seed=0, initial=initial))
     diag = result.diagnostics
     assert diag["sampler"] == "batched" and diag["r_hat_max"] > 1.5 and not diag["converged"]
     assert diag["prediction_r_hat_max"] < 1.05, diag["prediction_r_hat_max"]
@@ -544,13 +546,13 @@ def _regression(n=8):
 def test_bad_arguments_get_one_clear_error(kwargs, match):
     model, x, y = _regression()
     with pytest.raises(ValueError, match=match):
-        sample_posterior(model, x, y, **{"num_samples": 5, "warmup": 5, **kwargs})
+        sample_posterior(model, x, y, **nuts(**{"num_samples": 5, "warmup": 5, **kwargs}))
 
 
 def test_draws_export_to_arviz(monkeypatch):
     pytest.importorskip("arviz")
     model, x, y = _regression()
-    result = sample_posterior(model, x, y, num_samples=12, warmup=10, num_chains=3, seed=0)
+    result = sample_posterior(model, x, y, **nuts(num_samples=12, warmup=10, num_chains=3, seed=0))
     data = result.to_inference_data()
     assert data.posterior["net.weight"].shape == (3, 12, 1, 2)
     assert data.sample_stats["diverging"].shape == (3, 12) and data.sample_stats["tree_depth"].shape == (3, 12)
@@ -564,6 +566,6 @@ def test_draws_export_to_arviz(monkeypatch):
 def test_runs_on_cuda():
     model, x, y = _regression()
     model.cuda()
-    result = sample_posterior(model, x.cuda(), y.cuda(), num_samples=20, warmup=20, num_chains=4, seed=0)
+    result = sample_posterior(model, x.cuda(), y.cuda(), **nuts(num_samples=20, warmup=20, num_chains=4, seed=0))
     assert result.diagnostics["sampler"] == "batched" and result.draws["net.weight"].is_cuda
     assert math.isfinite(result.diagnostics["prediction_r_hat_max"])

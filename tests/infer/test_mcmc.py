@@ -23,6 +23,7 @@ from pyrobnn.infer.mcmc import MAX_FULL_BATCH, FlatPotential, MCMCResult, chain_
 from pyrobnn.infer.predict import predict
 from pyrobnn.infer.recording import ExecutorFailed
 from pyrobnn.model.priors import Prior
+from tests.support import nuts
 
 MLP_SITES = ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
 
@@ -138,8 +139,8 @@ def test_mode_is_the_ridge_solution_and_chains_start_there():
     assert torch.equal(potential.initial(), start)  # the network's own weights are not moved
     far = torch.full((3,), 5.0)  # one draw of one leapfrog step from far away stays far; from the mode, near it
     for steps, near in ((0, False), (3000, True)):
-        result = sample_posterior(model, x, y, num_samples=1, warmup=0, num_chains=2, initial=far, map_steps=steps,
-                                  max_tree_depth=1, seed=0, sampler="batched")
+        result = sample_posterior(model, x, y, **nuts(num_samples=1, warmup=0, num_chains=2, initial=far,
+                                                      map_steps=steps, max_tree_depth=1, seed=0, sampler="batched"))
         first = torch.cat([result.draws["net.weight"].flatten(2), result.draws["net.bias"]], -1)[:, 0].double()
         assert bool(((first - ridge).norm(dim=-1) < 1.0).all()) is near, first
 
@@ -156,7 +157,7 @@ def test_nuts_recovers_bayesian_linear_regression_posterior():
     x = torch.randn(n, d) @ torch.tensor([[1.0, 0.6], [0.0, 0.8]])  # correlated inputs: a tilted posterior
     y = x @ torch.tensor([[1.0], [-0.5]]) + 0.3 + sigma * torch.randn(n, 1)
     model = BayesianNetwork(nn.Linear(d, 1), Gaussian(sigma), prior=GaussianPrior(0.0, s), num_data=n)
-    result = sample_posterior(model, x, y, num_samples=300, warmup=200, num_chains=2, seed=0)
+    result = sample_posterior(model, x, y, **nuts(num_samples=300, warmup=200, num_chains=2, seed=0))
 
     design = torch.cat([x, torch.ones(n, 1)], 1).double()
     cov = torch.linalg.inv(design.T @ design / sigma**2 + torch.eye(d + 1, dtype=torch.float64) / s**2)
@@ -281,7 +282,7 @@ def _sign_symmetric_model():
 def test_nuts_chains_at_opposite_modes_are_flagged():
     model, x, y = _sign_symmetric_model()
     initial = torch.tensor([[1.0, 1.5], [-1.0, -1.5]])
-    result = sample_posterior(model, x, y, num_samples=100, warmup=100, num_chains=2, seed=0, initial=initial)
+    result = sample_posterior(model, x, y, **nuts(num_samples=100, warmup=100, num_chains=2, seed=0, initial=initial))
     w, v = result.draws["net.0.weight"].flatten(2), result.draws["net.2.weight"].flatten(2)
     assert (w[0] > 0).all() and (v[0] > 0).all() and (w[1] < 0).all() and (v[1] < 0).all()  # each kept its mode
     diag = result.diagnostics
@@ -290,15 +291,15 @@ def test_nuts_chains_at_opposite_modes_are_flagged():
     assert diag["sites"]["net.0.weight"]["r_hat_max"] > 1.05 and diag["sites"]["net.2.weight"]["r_hat_max"] > 1.05
 
     # the same chains started in one mode agree (w and v are correlated: 200 draws for a steady R-hat)
-    same = sample_posterior(model, x, y, num_samples=200, warmup=100, num_chains=2, seed=0, initial=initial[0])
+    same = sample_posterior(model, x, y, **nuts(num_samples=200, warmup=100, num_chains=2, seed=0, initial=initial[0]))
     assert same.diagnostics["converged"] is True and same.diagnostics["warnings"] == []
     assert (same.draws["net.0.weight"] > 0).all()
 
 
 def test_too_few_draws_warn_instead_of_crashing():
     model, x, y = _sign_symmetric_model()
-    result = sample_posterior(model, x, y, num_samples=1, warmup=5, num_chains=1, seed=0,
-                              initial=torch.tensor([1.0, 1.5]))
+    result = sample_posterior(model, x, y, **nuts(num_samples=1, warmup=5, num_chains=1, seed=0,
+                              initial=torch.tensor([1.0, 1.5])))
     assert result.draws["net.0.weight"].shape == (1, 1, 1, 1)
     assert result.diagnostics["converged"] is False
     assert any("too few for split R-hat" in warning for warning in result.diagnostics["warnings"])
@@ -364,18 +365,18 @@ def _regression(n=8, prior=None, deterministic=False):
 def test_bad_arguments(kwargs, match):
     model, x, y = _regression()
     with pytest.raises(ValueError, match=match):
-        sample_posterior(model, x, y, **{"num_samples": 5, "warmup": 5, "num_chains": 2, **kwargs})
+        sample_posterior(model, x, y, **nuts(**{"num_samples": 5, "warmup": 5, "num_chains": 2, **kwargs}))
 
 
 def test_bad_data():
     model, x, y = _regression()
     with pytest.raises(ValueError, match="x has 8 examples but y has 7"):
-        sample_posterior(model, x, y[:7], num_samples=5, warmup=5)
+        sample_posterior(model, x, y[:7], **nuts(num_samples=5, warmup=5))
     with pytest.raises(ValueError, match="per-example shape"):
-        sample_posterior(model, x[:, :1], y, num_samples=5, warmup=5)
+        sample_posterior(model, x[:, :1], y, **nuts(num_samples=5, warmup=5))
     big = MAX_FULL_BATCH + 1  # the documented default limit of full-batch NUTS
     with pytest.raises(ValueError, match=f"{big} training examples exceed max_data={MAX_FULL_BATCH}"):
-        sample_posterior(model, torch.zeros(big, 2), torch.zeros(big, 1), num_samples=5, warmup=5)
+        sample_posterior(model, torch.zeros(big, 2), torch.zeros(big, 1), **nuts(num_samples=5, warmup=5))
 
 
 @pytest.mark.parametrize("prior, match", [
@@ -388,13 +389,13 @@ def test_bad_data():
 def test_priors_without_a_usable_density(prior, match):
     model, x, y = _regression(prior=prior)
     with pytest.raises(ValueError, match=match):
-        sample_posterior(model, x, y, num_samples=5, warmup=5)
+        sample_posterior(model, x, y, **nuts(num_samples=5, warmup=5))
 
 
 def test_deterministic_model_has_nothing_to_sample():
     model, x, y = _regression(deterministic=True)
     with pytest.raises(ValueError, match="no Bayesian parameters.*deterministic=True"):
-        sample_posterior(model, x, y, num_samples=5, warmup=5)
+        sample_posterior(model, x, y, **nuts(num_samples=5, warmup=5))
 
 
 def test_effective_sample_size_of_anti_correlated_draws_is_capped_not_negative():
@@ -407,8 +408,8 @@ def test_pyros_sampler_asked_to_compile_refuses_in_one_line_and_runs_the_recorde
     # one executor policy: an explicit mode that cannot run is an error naming it and the way out
     model, x, y = _regression()
     with pytest.raises(ExecutorFailed, match=r"compile='inductor' cannot run Pyro's NUTS .*compile='auto'"):
-        sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
-                         compile="inductor")
-    result = sample_posterior(model, x, y, num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
-                              compile="trace")
+        sample_posterior(model, x, y, **nuts(num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
+                         compile="inductor"))
+    result = sample_posterior(model, x, y, **nuts(num_samples=4, warmup=4, num_chains=1, seed=0, sampler="pyro",
+                              compile="trace"))
     assert result.diagnostics["sampler"] == "pyro" and result.diagnostics["compile"] == "trace"

@@ -15,6 +15,7 @@ from torch import nn
 from pyrobnn import BayesianNetwork, Gaussian, NormalGuide, fit, sample_posterior
 from pyrobnn.guides import PosteriorDraws
 from pyrobnn.infer.elbo import MeanFieldELBO
+from tests.support import nuts
 
 
 def _at_the_callers_line(record):
@@ -57,7 +58,8 @@ def _sampled(**options):
     pyro.set_rng_seed(0)
     x = torch.randn(32, 4)
     model = BayesianNetwork(nn.Linear(4, 1), Gaussian(scale=0.5), num_data=32)
-    return sample_posterior(model, x, x.sum(-1, keepdim=True), num_samples=10, warmup=10, num_chains=2, **options)
+    return sample_posterior(model, x, x.sum(-1, keepdim=True),
+                            **nuts(num_samples=10, warmup=10, num_chains=2, **options))
 
 
 @pytest.mark.parametrize("old, new", [(dict(jit=True), "trace"), (dict(compiler="script"), "trace"),

@@ -17,7 +17,7 @@ from torch import nn
 from pyrobnn import BayesianNetwork, NormalGuide, PointGuide, fit, predict
 from pyrobnn.infer.optim import trained_parameters
 from pyrobnn.infer.schedules import LinearWarmup
-from pyrobnn.infer.sgmcmc import SGHMC, SGMCMC, SGMCMC_SAMPLERS, StepSchedule, fit_sgmcmc
+from pyrobnn.infer.sgmcmc import SGHMC, SGMCMC_SAMPLERS, SGMCMCOptimizer, StepSchedule, fit_sgmcmc
 from pyrobnn.infer.svi import Checkpoint, TrainingDiverged
 from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.model.priors import GaussianPrior
@@ -73,6 +73,10 @@ def regression():
     return x, y[:, None], covariance @ x.T @ y / SIGMA ** 2, covariance
 
 
+SGLD = {**SGMCMC_SAMPLERS["sgld"], "temperature": 1.0}
+"""SGLD's settings (the posterior: temperature 1)."""
+
+
 def linear(c: int = 0):
     """Bayesian linear regression as a network: one Linear without bias, N(0, 1) prior, the fixed noise σ = 1."""
     model = BayesianNetwork(nn.Linear(2, 1, bias=False), Gaussian(SIGMA), prior=GaussianPrior(scale=1.0), num_data=N)
@@ -85,7 +89,7 @@ def test_sgld_and_sghmc_recover_the_posterior_of_bayesian_linear_regression(regr
     loss, ε λ_max ≈ 0.09 for SGLD): the draws of the last 70 % of 300 epochs have the closed-form posterior mean and
     variances within Monte-Carlo error. The noise of the per-example rate instead of ε would widen them 64-fold."""
     x, y, mean, covariance = regression
-    settings = {**SGMCMC_SAMPLERS[name], "exploration": 0.3}
+    settings = {**SGMCMC_SAMPLERS[name], "temperature": 1.0, "exploration": 0.3}
     pyro.set_rng_seed(1)
     result = fit_sgmcmc(*linear(), x, y, lr=lr, **settings, chains=16, make_chain=linear, epochs=300, batch_size=16,
                         seed=1, progress=False)
@@ -99,7 +103,7 @@ def test_sgld_and_sghmc_recover_the_posterior_of_bayesian_linear_regression(regr
 def test_one_chain_trains_through_fit_and_keeps_a_draw_after_each_epoch_past_the_burn_in(regression):
     x, y, _, _ = regression
     records = []
-    result = fit_sgmcmc(*linear(), x, y, lr=0.05, exploration=0.5, epochs=6, batch_size=16, progress=False,
+    result = fit_sgmcmc(*linear(), x, y, lr=0.05, **SGLD, epochs=6, batch_size=16, progress=False,
                         on_epoch_end=lambda epoch, record: records.append(epoch))
     assert result.draw_epochs == [4, 5, 6] and result.draws["net.weight"].shape == (1, 3, 1, 2)
     assert records == list(range(6)) and len(result.epochs) == 6 and result.epochs[0]["lr"] == pytest.approx(0.05)
@@ -147,10 +151,10 @@ def test_csghmc_keeps_its_draws_at_the_ends_of_the_epochs_of_each_sampling_stage
     """4 cycles of 5 epochs (4 steps each), exploration 0.7: the draws are those of the epochs whose last step lies in
     the last 30 % of its cycle, epochs 4 and 5 of each; the step size restarts at each cycle."""
     x, y, _, _ = regression
-    result = fit_sgmcmc(*linear(), x, y, lr=0.05, friction=0.9, cycles=4, exploration=0.7, epochs=20, batch_size=16,
-                        progress=False)
+    result = fit_sgmcmc(*linear(), x, y, lr=0.05, friction=0.9, temperature=1.0, cycles=4, exploration=0.7,
+                        epochs=20, batch_size=16, progress=False)
     assert result.draw_epochs == [4, 5, 9, 10, 14, 15, 19, 20]
-    sampler = SGMCMC(0.05, 0.9, 1.0, 4, 0.7, epochs=20, steps_per_epoch=4)
+    sampler = SGMCMCOptimizer(0.05, 0.9, 1.0, 4, 0.7, epochs=20, steps_per_epoch=4)
     assert sampler.schedule_of_steps().draws(20, 4) == 8
 
 
@@ -166,8 +170,8 @@ def test_without_noise_the_sampler_is_sgd_with_momentum_at_the_per_example_rate(
         optimizer=lambda m, g: torch.optim.SGD(trained_parameters(m, g), lr=0.05 / N, momentum=1 - friction))
     sgd = guide.state_dict()["locs.net.weight_unconstrained"].clone()
     guide.load_state_dict(start)
-    result = fit_sgmcmc(model, guide, x, y, lr=0.05, friction=friction, temperature=0.0, exploration=0.0, epochs=3,
-                        batch_size=16, progress=False)
+    result = fit_sgmcmc(model, guide, x, y, lr=0.05, friction=friction, temperature=0.0, cycles=0, exploration=0.0,
+                        epochs=3, batch_size=16, progress=False)
     assert result.draw_epochs == [1, 2, 3]
     torch.testing.assert_close(result.draws["net.weight"][0, -1], sgd)
 
@@ -189,7 +193,7 @@ def test_bad_settings_are_one_line_before_anything_trains(regression, options, m
     x, y, _, _ = regression
     model, guide = linear()
     before = {k: v.clone() for k, v in guide.state_dict().items()}
-    settings = dict(lr=0.05, epochs=6, batch_size=16, progress=False)
+    settings = dict(lr=0.05, **SGLD, epochs=6, batch_size=16, progress=False)
     with pytest.raises(ValueError, match=message) as error:
         fit_sgmcmc(model, guide, x, y, **{**settings, **options})
     assert "\n" not in str(error.value)
@@ -200,13 +204,13 @@ def test_guides_without_point_values_and_networks_with_their_own_state_are_refus
     x, y, _, _ = regression
     model = linear()[0]
     with pytest.raises(ValueError, match="NormalGuide is no point estimate"):
-        fit_sgmcmc(model, NormalGuide(model), x, y, lr=0.05, epochs=2, progress=False)
+        fit_sgmcmc(model, NormalGuide(model), x, y, lr=0.05, **SGLD, epochs=2, progress=False)
     noisy = BayesianNetwork(nn.Linear(2, 1), Gaussian(1.0, learn_scale=True), num_data=N)
     with pytest.raises(ValueError, match="likelihood.log_scale"):
-        fit_sgmcmc(noisy, PointGuide(noisy), x, y, lr=0.05, epochs=2, progress=False)
+        fit_sgmcmc(noisy, PointGuide(noisy), x, y, lr=0.05, **SGLD, epochs=2, progress=False)
 
 
 def test_a_step_size_that_diverges_stops_training_and_says_so(regression):
     x, y, _, _ = regression
     with pytest.raises(TrainingDiverged, match="loss became (inf|nan) at epoch .* Lower the learning rate"):
-        fit_sgmcmc(*linear(), x, y, lr=1e3, epochs=50, batch_size=16, progress=False)
+        fit_sgmcmc(*linear(), x, y, lr=1e3, **SGLD, epochs=50, batch_size=16, progress=False)

@@ -18,7 +18,7 @@ from pyrobnn.infer.iterates import Recorded
 from pyrobnn.infer.optim import Optim
 from pyrobnn.infer.replicas import fit_replicas
 from pyrobnn.infer.svi import Checkpoint, TrainingDiverged
-from pyrobnn.infer.swag import SWAG, fit_swag, replicas, swa_schedule
+from pyrobnn.infer.swag import SWAGCollector, fit_swag, replicas, swa_schedule
 from pyrobnn.model.likelihoods import Gaussian
 from pyrobnn.model.priors import GaussianPrior
 
@@ -115,7 +115,7 @@ def test_stacked_replicas_each_collect_their_own_moments(regression):
     """The optimiser reads the parameters where it holds them: under ``fit_replicas`` (3 stacked networks) each row
     has the moments its network trained alone gets (the same batches and seed)."""
     x, y = regression
-    factory = Recorded(SWAG(start=6, rank=3, steps_per_epoch=4, optimizer=Optim("sgd", 0.02)))
+    factory = Recorded(SWAGCollector(start=6, rank=3, steps_per_epoch=4, optimizer=Optim("sgd", 0.02)))
     pairs = []
     for r in range(3):
         pyro.set_rng_seed(r)
@@ -125,7 +125,7 @@ def test_stacked_replicas_each_collect_their_own_moments(regression):
     assert len(rows) == 3 and [row for _, row in rows] == [0, 1, 2]
     for r in range(3):
         pyro.set_rng_seed(r)
-        alone = Recorded(SWAG(start=6, rank=3, steps_per_epoch=4, optimizer=Optim("sgd", 0.02)))
+        alone = Recorded(SWAGCollector(start=6, rank=3, steps_per_epoch=4, optimizer=Optim("sgd", 0.02)))
         fit_replicas([linear()], x, y, epochs=12, batch_size=16, optimizer=alone, seed=0)
         moments, row = rows[r]
         torch.testing.assert_close(moments.mean[0][row], alone.made[0].swag.mean[0][0], rtol=1e-4, atol=1e-5)
@@ -195,7 +195,7 @@ def test_bad_settings_are_one_line_before_anything_trains(regression, options, m
     model, guide = linear()
     before = {k: v.clone() for k, v in guide.state_dict().items()}
     with pytest.raises(ValueError, match=message) as error:
-        fit_swag(model, guide, x, y, **{"start": 4, "rank": 5, **OPTIONS, **options})
+        fit_swag(model, guide, x, y, **{"start": 4, "rank": 5, "num_samples": 2, **OPTIONS, **options})
     assert "\n" not in str(error.value)
     assert all(torch.equal(before[k], v) for k, v in guide.state_dict().items())
 
@@ -203,7 +203,7 @@ def test_bad_settings_are_one_line_before_anything_trains(regression, options, m
 def test_a_learning_rate_that_diverges_stops_and_says_so_and_other_guides_are_refused(regression):
     x, y = regression
     with pytest.raises(TrainingDiverged, match="Lower the learning rate"):
-        fit_swag(*linear(), x, y, start=4, rank=5, **{**OPTIONS, "optimizer": Optim("sgd", 1e3)})
+        fit_swag(*linear(), x, y, start=4, rank=5, num_samples=2, **{**OPTIONS, "optimizer": Optim("sgd", 1e3)})
     model = linear()[0]
     with pytest.raises(ValueError, match="NormalGuide is no point estimate"):
-        fit_swag(model, NormalGuide(model), x, y, start=4, rank=5, **OPTIONS)
+        fit_swag(model, NormalGuide(model), x, y, start=4, rank=5, num_samples=2, **OPTIONS)

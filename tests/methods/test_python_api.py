@@ -11,6 +11,7 @@ import torch
 from pyrobnn.data import load_dataset
 from pyrobnn.methods import METHODS, NUTS, EmpiricalPosterior, VariationalPosterior, load_posterior
 from pyrobnn.networks import MLP
+from tests.support import ADAPTER_METHODS
 
 SMALL = {"nuts": dict(num_samples=12, warmup=12), "ensemble-5": dict(members=2), "multiswag-5": dict(members=2)}
 """Settings that keep a method's test to a second or two (the registry's are the papers')."""
@@ -19,11 +20,6 @@ SMALL = {"nuts": dict(num_samples=12, warmup=12), "ensemble-5": dict(members=2),
 @pytest.fixture(scope="module")
 def moons():
     return load_dataset("two-moons", train_size=64, test_size=32, seed=0)
-
-
-ADAPTER_METHODS = {name for name, method in METHODS.items() if method.sites is not None}
-"""Methods whose sites a small network does not have (BLoB's LoRA A matrices): tests/networks/test_hf.py trains them
-on the pretrained transformer."""
 
 
 @pytest.mark.parametrize("name", sorted(set(METHODS) - ADAPTER_METHODS))
@@ -43,6 +39,10 @@ def test_each_method_trains_a_small_network_and_its_posterior_predicts_draws_sav
     fresh = dataclasses.replace(method).build(MLP(2, (4,) if isinstance(method, NUTS) else (8,), 2),
                                                num_data=len(moons.x_train))
     loaded = load_posterior(tmp_path / "posterior.pt", *fresh, num_samples=posterior.num_samples)
+    assert loaded.kind == posterior.kind and type(getattr(loaded, "result", None)) is type(getattr(posterior, "result",
+                                                                                                   None))
+    loaded.save(tmp_path / "again.pt")  # a reloaded posterior saves as its kind
+    assert load_posterior(tmp_path / "again.pt", *fresh).kind == posterior.kind
     torch.manual_seed(0)
     again = loaded.predict(moons.x_test)["probs"]
     torch.manual_seed(0)

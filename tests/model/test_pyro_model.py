@@ -46,6 +46,7 @@ from pyrobnn import (
 from pyrobnn.infer.potential import BatchedPotential, FlatPotential
 from pyrobnn.model import TracedModel, network_model
 from pyrobnn.networks import PyroBNN
+from tests.support import nuts
 
 BNN = PyroBNN  # the README's model, verbatim
 
@@ -318,12 +319,13 @@ def test_nuts_on_the_users_model_matches_the_bayesian_network_and_pyros_nuts():
     settings = dict(num_samples=100, warmup=100, seed=0, map_steps=100)
     pyro.set_rng_seed(0)
     user = FixedNoiseBNN(hidden=2, sigma=1.0)
-    runs["user"] = (user, sample_posterior(user, x, y, num_chains=4, compile="trace", **settings))
-    runs["pyro"] = (user, sample_posterior(user, x, y, num_chains=2, sampler="pyro", compile="trace", **settings))
+    runs["user"] = (user, sample_posterior(user, x, y, **nuts(num_chains=4, compile="trace", **settings)))
+    runs["pyro"] = (user, sample_posterior(user, x, y, **nuts(num_chains=2, sampler="pyro", compile="trace",
+                                                              **settings)))
     net = nn.Sequential(nn.Linear(1, 2), nn.Tanh(), nn.Linear(2, 1))
     reference = BayesianNetwork(net, Gaussian(1.0), prior=GaussianPrior(0.0, 1.0), num_data=12)
-    runs["network"] = (reference, sample_posterior(reference, x, y[:, None], num_chains=4, compile="trace",
-                                                   **settings))
+    runs["network"] = (reference, sample_posterior(reference, x, y[:, None], **nuts(num_chains=4, compile="trace",
+                                                   **settings)))
     assert runs["user"][1].diagnostics["sampler"] == "batched" and runs["pyro"][1].diagnostics["sampler"] == "pyro"
     moments = {}
     for name, (model, result) in runs.items():
@@ -409,7 +411,7 @@ def test_bad_models_are_refused_in_one_line_naming_the_site():
         assert "\n" not in str(error.value)
         assert not list(pyro.get_param_store().keys())
     with pytest.raises(ValueError, match=r"site 'k' .*is discrete: NUTS samples continuous latents"):
-        sample_posterior(discrete, x, y, num_samples=4, warmup=4)
+        sample_posterior(discrete, x, y, **nuts(num_samples=4, warmup=4))
     assert TracedModel(two_observations, observed="also").trace(x, y).observed_site == "also"
 
 
