@@ -65,8 +65,8 @@ def finetuning_summary(run: Run, data) -> str:
         return ""
     optimizer = method.optimizer_factory(cfg.optim.epochs)
     kl = getattr(optimizer, "kl_lr", None)
-    return (f"fine-tuning with batches of {cfg.optim.batch_size}, lr {method.learning_rate:g}"
-            + ("" if kl is None else f" and the KL by SGD at {kl:g}") + f", texts of {data.input_shape[0]} tokens")
+    return (f"fine-tuning with batches of {cfg.optim.batch_size}"  # the rate: the header's own entry
+            + ("" if kl is None else f", the KL by SGD at {kl:g}") + f", texts of {data.input_shape[0]} tokens")
 
 
 def train(cfg: RunConfig) -> dict[str, float]:

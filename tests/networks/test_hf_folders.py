@@ -167,8 +167,10 @@ def test_a_saved_posterior_refuses_a_network_built_on_other_weights(folder, tmp_
 def test_a_pretrained_run_states_its_fine_tuning_settings_and_an_option_the_user_wrote_wins(folder, tmp_path, capsys):
     assert run_cli([*RUN, "--model", f"hf:{folder}", "--out", tmp_path / "run"]) == 0, capsys.readouterr().err
     header = capsys.readouterr().out.splitlines()[0]  # the reviews' words are its [UNK]: as long as its 64 positions
-    assert header.endswith("fine-tuning with batches of 16, lr 0.005 and the KL by SGD at 0.005, texts of 64 tokens")
+    assert ", lr 0.005, " in header
+    assert header.endswith("fine-tuning with batches of 16, the KL by SGD at 0.005, texts of 64 tokens")
     assert run_cli([*RUN, "--model", f"hf:{folder}", "--batch-size", 8, "--lr", 0.01, "--data.max-length", 12,
                     "--out", tmp_path / "mine"]) == 0, capsys.readouterr().err
     header = capsys.readouterr().out.splitlines()[0]
-    assert header.endswith("fine-tuning with batches of 8, lr 0.01 and the KL by SGD at 0.005, texts of 12 tokens")
+    assert ", lr 0.01, " in header and ", lr 0.005" not in header
+    assert header.endswith("fine-tuning with batches of 8, the KL by SGD at 0.005, texts of 12 tokens")
