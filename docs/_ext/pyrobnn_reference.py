@@ -127,7 +127,7 @@ def entry(package: str, name: str) -> str:
     if isinstance(obj, dict):
         lines.append("   :type: dict")
         if obj and all(isinstance(k, str) for k in obj):
-            keys = "\n\n   Keys: " + ", ".join(f"``{k}``" for k in obj) + "."
+            keys = "\n\n   Keys: " + ", ".join(f"``{k}``" if k else "``''`` (the empty string)" for k in obj) + "."
     elif short_repr(obj):
         lines.append(f"   :value: {short_repr(obj)}")
     return "\n".join(lines) + "\n\n" + indent(text) + keys + "\n"

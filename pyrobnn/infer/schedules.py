@@ -87,8 +87,8 @@ class Geometric:
 
 @dataclass(frozen=True)
 class KLCycles:
-    r"""BLoB's KL re-weighting as its code runs it (Wang et al. 2024, ``--bayes-klreweighting
-    --bayes-datasetrescaling``, :math:`\gamma = 8`): cycles of :math:`M = \lfloor 100\, N^{\pi/\gamma} / B floor`
+    r"""BLoB's KL re-weighting as its code runs it (Wang et al. 2024, its options ``--bayes-klreweighting`` and
+    ``--bayes-datasetrescaling``, :math:`\gamma = 8`): cycles of :math:`M = \lfloor 100\, N^{\pi/\gamma} / B \rfloor`
     steps over the whole run, not the epoch, step :math:`i = 1..M` of a cycle weighing
     :math:`\pi_i = 2^i / (2^{M+1} - 1)` (back-loaded, summing to about 1 a cycle).
 
