@@ -23,7 +23,7 @@ from pyrobnn.cli.report import metrics_table, say, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
-from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
+from pyrobnn.data.text import TextSplits, shifted_splits
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.mcmc import MCMCResult
@@ -79,8 +79,9 @@ def text_options(cfg) -> dict:
     return options
 
 
-TEXT_SHIFTS = ("rotten-tomatoes",)
-"""The shifted sets of a text run (``--ood-dataset``), tokenised by the run's tokenizer."""
+TEXT_SHIFTS = {"imdb": "rotten-tomatoes", "rotten-tomatoes": "imdb"}
+"""A text data set -> its shifted set (``--ood-dataset``; the same labels), tokenised by the run's tokenizer at its
+length."""
 
 
 CALIBRATION_SEED = 0
@@ -131,11 +132,12 @@ def load_ood(name: str, cfg, data):
     as the run's classification dataset (fashion-mnist for mnist)."""
     if data.task != "classification":
         raise ValueError(f"--ood-dataset needs a classification dataset; {cfg.data.dataset} is {data.task}")
-    if isinstance(data, TextSplits) or name in TEXT_SHIFTS:
-        if not isinstance(data, TextSplits) or name not in TEXT_SHIFTS:
-            raise ValueError(f"--ood-dataset {name}: a text run's shifted set is one of {', '.join(TEXT_SHIFTS)} "
-                             f"(for imdb), and it is no shift of {cfg.data.dataset}")
-        return rotten_tomatoes_splits(data.tokenizer, data.input_shape[0], cfg.data.test_size, seed_of(cfg))
+    if isinstance(data, TextSplits) or name in TEXT_SHIFTS.values():
+        if not isinstance(data, TextSplits) or TEXT_SHIFTS.get(data.name) != name:
+            shifts = ", ".join(f"{shift} for {text}" for text, shift in TEXT_SHIFTS.items())
+            raise ValueError(f"--ood-dataset {name}: a text run's shifted set is {shifts}, and it is no shift of "
+                             f"{cfg.data.dataset}")
+        return shifted_splits(name, data.tokenizer, data.input_shape[0], cfg.data.test_size, seed_of(cfg))
     if isinstance(name, str) and canonical_name(name) == data.name:
         raise ValueError(f"--ood-dataset {name} is the dataset the run is tested on: name another dataset of the "
                          "same input shape (e.g. fashion-mnist for mnist)")
