@@ -237,6 +237,32 @@ def metrics_tables(title: str, row: str, metrics: dict, corrupted: Optional[dict
     return tables
 
 
+def posterior_record(posterior) -> dict:
+    """What a run records of its posterior beside its test metrics (metrics.json's ``posterior``): the numbers of
+    the method's report (a temperature, a tuned prior precision, ...) and, for a Gaussian guide, its learned
+    :math:`\sigma` (``sigma``: :meth:`~pyrobnn.guides.NormalGuide.scale_summary`); empty when there is neither."""
+    found = {}
+    for key, value in (posterior.report or {}).items():
+        if isinstance(value, (list, tuple)) and len(value) == 1:  # one tuned scalar (a prior precision)
+            value = value[0]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found[key] = value
+    summary = getattr(posterior.guide, "scale_summary", None)
+    if summary is not None and getattr(posterior.guide, "site_names", None):
+        found["sigma"] = summary()
+    return found
+
+
+def training_record(report: dict) -> dict:
+    """The training set's fit as a run records it (metrics.json's ``training``): the last epoch's NLL per example
+    (``nll``) and the predictive accuracy on training rows (``accuracy``, :func:`training_accuracy`), where the run
+    has them."""
+    history = report.get("history") or []
+    found = {"nll": history[-1].get("nll")} if history and isinstance(history[-1], dict) else {}
+    found["accuracy"] = report.get("train_accuracy")
+    return {key: value for key, value in found.items() if isinstance(value, (int, float))}
+
+
 TRAINING_ROWS = 1000
 """The training rows whose accuracy :func:`training_accuracy` checks against chance."""
 

@@ -29,9 +29,11 @@ from pyrobnn.cli.runs import (
     load_ood,
     load_states,
     metrics_tables,
+    posterior_record,
     report_draws,
     test_report,
     training_accuracy,
+    training_record,
 )
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
@@ -173,6 +175,10 @@ def train(cfg: RunConfig) -> dict[str, float]:
                           out / "reliability.png" if classification else None, moments=moments,
                           max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,
                           coverage=cfg.calibration.coverage)
+    report["training"] = training_record(report)
+    recorded = posterior_record(posterior)
+    if recorded:
+        report["posterior"] = recorded
     if held_out is not None:
         report["calibration"] = {"rows": len(held_out[0]), "fraction": cfg.calibration.fraction,
                                  "coverage": cfg.calibration.coverage, "seed": CALIBRATION_SEED}
