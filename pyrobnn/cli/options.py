@@ -113,7 +113,7 @@ RESUMABLE = ("--epochs", "--num-samples", "--device", "--compile", "--data-root"
 
 MAX_MEMORY_HINT = "(default: half the free GPU memory, or 2 on a CPU)"
 
-OODDataset = Annotated[Optional[str], arg(metavar="{" + ",".join((*DATASETS, "rotten-tomatoes")) + "}",
+OODDataset = Annotated[Optional[str], arg(metavar="{" + ",".join(DATASETS) + "}",
                                          help_behavior_hint="(default: none)")]
 """``--ood-dataset`` of ``pyrobnn train`` and ``pyrobnn evaluate``."""
 Severities = Annotated[tuple[int, ...], arg(metavar="SEVERITY")]
@@ -181,7 +181,7 @@ class DataOptions:
     """Hold out this many training examples and evaluate them after each epoch (0: none)."""
     max_length: Annotated[Optional[int], arg(name="data.max-length", metavar="TOKENS",
                                              help_behavior_hint="(default: 256)")] = None
-    """Text datasets (imdb): truncate or pad each text to this many tokens."""
+    """Text datasets (imdb, rotten-tomatoes): truncate or pad each text to this many tokens."""
     augment: bool = False
     ("Images: keep the training set as uint8 on the device; each batch is normalised per channel and, for cifar10, "
      "randomly cropped (padding 4) and flipped on the device; test images are normalised alike.")
@@ -433,8 +433,8 @@ class OutputOptions:
     ood_dataset: OODDataset = None
     ("Also score how well the epistemic and the total uncertainty tell this dataset's test inputs from the test set"
      " (AUROC, AUPR, FPR at 95 % TPR; e.g. fashion-mnist for mnist, rotten-tomatoes for imdb): metrics.json's "
-     "test.ood; a shifted set with the same labels (rotten-tomatoes for imdb) also gets its accuracy, NLL, ECE and "
-     "Brier (test.ood.shifted).")
+     "test.ood; a shifted set with the same labels (rotten-tomatoes for imdb, imdb for rotten-tomatoes) also "
+     "gets its accuracy, NLL, ECE and Brier (test.ood.shifted).")
     corruptions: Severities = ()
     ("Also evaluate the test images corrupted at these severities (1-5), e.g. 3 or 1 2 3 4 5 (image datasets): "
      "metrics.json's test.corrupted.")

@@ -25,7 +25,7 @@ from pyrobnn.cli.report import metrics_table, say, shown
 from pyrobnn.data import canonical_name, load_dataset
 from pyrobnn.data.augment import NORMALIZATION, ImageAugment
 from pyrobnn.data.corruptions import SEVERITIES
-from pyrobnn.data.text import TextSplits, rotten_tomatoes_splits
+from pyrobnn.data.text import TextSplits, shifted_splits
 from pyrobnn.device import device_of, resolve_device
 from pyrobnn.infer.mcmc import MCMCResult
 from pyrobnn.infer.predict import LEAST_DRAWS, sized_draws
@@ -79,8 +79,9 @@ def text_options(cfg) -> dict:
     return options
 
 
-TEXT_SHIFTS = ("rotten-tomatoes",)
-"""The shifted sets of a text run (``--ood-dataset``), tokenised by the run's tokenizer."""
+TEXT_SHIFTS = {"imdb": "rotten-tomatoes", "rotten-tomatoes": "imdb"}
+"""A text data set -> its shifted set (``--ood-dataset``; the same labels), tokenised by the run's tokenizer at its
+length."""
 
 
 CALIBRATION_SEED = 0
@@ -131,11 +132,12 @@ def load_ood(name: str, cfg, data):
     as the run's classification dataset (fashion-mnist for mnist)."""
     if data.task != "classification":
         raise ValueError(f"--ood-dataset needs a classification dataset; {cfg.data.dataset} is {data.task}")
-    if isinstance(data, TextSplits) or name in TEXT_SHIFTS:
-        if not isinstance(data, TextSplits) or name not in TEXT_SHIFTS:
-            raise ValueError(f"--ood-dataset {name}: a text run's shifted set is one of {', '.join(TEXT_SHIFTS)} "
-                             f"(for imdb), and it is no shift of {cfg.data.dataset}")
-        return rotten_tomatoes_splits(data.tokenizer, data.input_shape[0], cfg.data.test_size, seed_of(cfg))
+    if isinstance(data, TextSplits) or name in TEXT_SHIFTS.values():
+        if not isinstance(data, TextSplits) or TEXT_SHIFTS.get(data.name) != name:
+            shifts = ", ".join(f"{shift} for {text}" for text, shift in TEXT_SHIFTS.items())
+            raise ValueError(f"--ood-dataset {name}: a text run's shifted set is {shifts}, and it is no shift of "
+                             f"{cfg.data.dataset}")
+        return shifted_splits(name, data.tokenizer, data.input_shape[0], cfg.data.test_size, seed_of(cfg))
     if isinstance(name, str) and canonical_name(name) == data.name:
         raise ValueError(f"--ood-dataset {name} is the dataset the run is tested on: name another dataset of the "
                          "same input shape (e.g. fashion-mnist for mnist)")
@@ -236,6 +238,32 @@ def metrics_tables(title: str, row: str, metrics: dict, corrupted: Optional[dict
         tables.append(metrics_table(f"out of distribution: {metrics['ood']['dataset']} (the positive class)",
                                     {row: metrics["ood"]}))
     return tables
+
+
+def posterior_record(posterior) -> dict:
+    """What a run records of its posterior beside its test metrics (metrics.json's ``posterior``): the numbers of
+    the method's report (a temperature, a tuned prior precision, ...) and, for a Gaussian guide, its learned
+    :math:`\sigma` (``sigma``: :meth:`~pyrobnn.guides.NormalGuide.scale_summary`); empty when there is neither."""
+    found = {}
+    for key, value in (posterior.report or {}).items():
+        if isinstance(value, (list, tuple)) and len(value) == 1:  # one tuned scalar (a prior precision)
+            value = value[0]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found[key] = value
+    summary = getattr(posterior.guide, "scale_summary", None)
+    if summary is not None and getattr(posterior.guide, "site_names", None):
+        found["sigma"] = summary()
+    return found
+
+
+def training_record(report: dict) -> dict:
+    """The training set's fit as a run records it (metrics.json's ``training``): the last epoch's NLL per example
+    (``nll``) and the predictive accuracy on training rows (``accuracy``, :func:`training_accuracy`), where the run
+    has them."""
+    history = report.get("history") or []
+    found = {"nll": history[-1].get("nll")} if history and isinstance(history[-1], dict) else {}
+    found["accuracy"] = report.get("train_accuracy")
+    return {key: value for key, value in found.items() if isinstance(value, (int, float))}
 
 
 TRAINING_ROWS = 1000

@@ -33,9 +33,11 @@ from pyrobnn.cli.runs import (
     load_ood,
     load_states,
     metrics_tables,
+    posterior_record,
     report_draws,
     test_report,
     training_accuracy,
+    training_record,
 )
 from pyrobnn.device import process_peak_bytes, resolve_device
 from pyrobnn.files import check_writable, write_json
@@ -204,6 +206,10 @@ def _tested(run: Run, posterior, data, held_out, ood, report: dict, out: Path, d
     metrics = test_report(posterior, data, seed, out / "reliability.png" if classification else None,
                           max_memory=max_memory, progress=cfg.output.progress, ood=ood, held_out=held_out,
                           coverage=cfg.calibration.coverage, num_samples=num_samples)
+    report["training"] = training_record(report)
+    recorded = posterior_record(posterior)
+    if recorded:
+        report["posterior"] = recorded
     if held_out is not None:
         report["calibration"] = {"rows": len(held_out[0]), "fraction": cfg.calibration.fraction,
                                  "coverage": cfg.calibration.coverage, "seed": CALIBRATION_SEED}

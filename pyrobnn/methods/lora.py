@@ -27,7 +27,7 @@ from pyrobnn.methods.base import Method
 from pyrobnn.methods.posterior import LinearizedPosterior, Posterior
 from pyrobnn.networks.hf import FINETUNING, LORA_SITES, FineTuning
 
-__all__ = ["finetuned", "LaplaceLoRA"]
+__all__ = ["finetuned", "LaplaceLoRA", "is_adapter"]
 
 
 def finetuned(method: Method, settings: FineTuning = FINETUNING) -> Method:
@@ -53,7 +53,8 @@ def finetuned(method: Method, settings: FineTuning = FINETUNING) -> Method:
     return dataclasses.replace(method, batch_size=settings.batch_size, optimizer=optimizer)
 
 
-def _adapter(name: str) -> bool:
+def is_adapter(name: str) -> bool:
+    """Whether site ``name`` is an adapter matrix (:data:`~pyrobnn.networks.hf.LORA_SITES`)."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in LORA_SITES)
 
 
@@ -77,7 +78,7 @@ class LaplaceLoRA(Method):
     def run_rules(self, model, epochs, rows, run) -> None:
         """The approximation is over LoRA adapters: a network without any (not ``hf:``) is refused before training."""
         super().run_rules(model, epochs, rows, run)
-        if model is not None and hasattr(model, "sites") and not any(_adapter(site.name) for site in model.sites()):
+        if model is not None and hasattr(model, "sites") and not any(is_adapter(site.name) for site in model.sites()):
             raise ValueError("laplace-lora approximates the posterior of LoRA adapters, and the network has none: "
                              "fine-tune a pretrained network (--model hf:NAME), or use laplace for another network")
 
@@ -85,7 +86,7 @@ class LaplaceLoRA(Method):
               **run) -> Posterior:
         self.check(model, epochs=epochs, rows=x.shape[0], **run)
         history = fit(model, guide, x, y, epochs=epochs, seed=seed, **self.fit_options(epochs, precision), **run)
-        laplace = fit_linearized_laplace(model, guide, x, y, select=_adapter, batch_size=self.batch_size,
+        laplace = fit_linearized_laplace(model, guide, x, y, select=is_adapter, batch_size=self.batch_size,
                                          prior_steps=self.prior_steps)
         return LinearizedPosterior(model, guide, self.num_samples, report=laplace.report(), history=history,
                                    laplace=laplace)

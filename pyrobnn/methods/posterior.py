@@ -41,8 +41,8 @@ from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments
 from pyrobnn.infer.svi import History
 from pyrobnn.model.protocol import network_model
 
-__all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "LinearizedPosterior", "load_posterior",
-           "VARIATIONAL_KIND"]
+__all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "LinearizedPosterior", "TemperedPosterior",
+           "Temperature", "load_posterior", "VARIATIONAL_KIND"]
 
 VARIATIONAL_KIND = "variational"
 """The ``"kind"`` entry of a file :meth:`VariationalPosterior.save` writes (a draws file names its draws' kind)."""
@@ -247,6 +247,57 @@ class LinearizedPosterior(VariationalPosterior):
                                "guide": self.guide.state_dict(), "laplace": self.laplace.laplace.state_dict(),
                                "selected": self.laplace.selected, "report": self.report,
                                "num_samples": self.num_samples, **metadata})
+
+
+class Temperature:
+    r"""Temperature scaling as a forward hook of a classifier's network: when it predicts (evaluation mode), its
+    logits :math:`z` become :math:`z / T`; in training mode they pass unchanged (Guo et al. 2017)."""
+
+    def __init__(self, temperature: float):
+        self.temperature = float(temperature)
+        self._handle = None
+
+    def attach(self, model) -> "Temperature":
+        """Hook onto ``model``'s network (once)."""
+        if self._handle is None:
+            self._handle = model.net.register_forward_hook(self)
+        return self
+
+    def detach(self) -> None:
+        """Unhook: the network predicts its own logits again."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def __call__(self, module, inputs, output):
+        if module.training or not torch.is_tensor(output):
+            return None
+        return output / self.temperature
+
+
+@dataclass
+class TemperedPosterior(VariationalPosterior):
+    """A MAP fit (``guide``) whose classifier predicts at ``temperature`` (:class:`Temperature`, attached to the
+    model's network): :math:`p(y \mid x) = \mathrm{softmax}(z(x) / T)_y`, the arg-max kept. MAP with temperature
+    scaling (:class:`~pyrobnn.methods.posthoc.TemperatureScaled`, ``map-ts``). ``temperature_hook``: the hook."""
+
+    temperature: float = 1.0
+
+    kind = "tempered"
+
+    def __post_init__(self):
+        self.temperature_hook = Temperature(self.temperature).attach(self.model)
+
+    @classmethod
+    def loaded(cls, model: nn.Module, guide: nn.Module, state: dict, **options) -> "TemperedPosterior":
+        """The MAP fit at the saved temperature."""
+        return cls(model, guide, temperature=float(state["temperature"]), **options)
+
+    def save(self, path: str | Path, **metadata) -> None:
+        """The MAP fit's states, the temperature, the predictive's samples, the report and ``metadata``."""
+        save_checkpoint(path, {"kind": self.kind, "model": self.model.state_dict(), "epoch": None,
+                               "guide": self.guide.state_dict(), "temperature": self.temperature,
+                               "report": self.report, "num_samples": self.num_samples, **metadata})
 
 
 def load_posterior(path: str | Path, model: nn.Module, guide: Optional[nn.Module] = None,

@@ -1,6 +1,8 @@
 r"""Methods made of point estimates: a deep ensemble, the Laplace approximation of a MAP fit, SWAG (and MultiSWAG),
-and SG-MCMC. Each trains a MAP objective (a :class:`~pyrobnn.guides.PointGuide` under its prior) its own way and
-returns the draws of its posterior as an :class:`~pyrobnn.methods.posterior.EmpiricalPosterior`.
+SG-MCMC, and MAP with temperature scaling. Each trains a MAP objective (a :class:`~pyrobnn.guides.PointGuide` under
+its prior) its own way and returns the draws of its posterior as an
+:class:`~pyrobnn.methods.posterior.EmpiricalPosterior` (temperature scaling: a
+:class:`~pyrobnn.methods.posterior.TemperedPosterior`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from pyrobnn.checks import nonnegative_int, positive, positive_int
+import torch
+
+from pyrobnn.analysis.calibration import calibrate
+from pyrobnn.checks import in_range, nonnegative_int, positive, positive_int
 from pyrobnn.infer.ensemble import EnsembleResult, fit_ensemble
 from pyrobnn.infer.iterates import Recorded
 from pyrobnn.infer.laplace import fit_laplace
@@ -20,14 +25,17 @@ from pyrobnn.infer.sgmcmc import SGMCMC_SAMPLERS, SGMCMCOptimizer, SGMCMCResult,
 from pyrobnn.infer.svi import ModelCallback, fit
 from pyrobnn.infer.swag import SWAGCollector, SWAGResult, check_collection, check_rank, fit_swag, replicas, swa_schedule
 from pyrobnn.methods.base import Method, needs_point_estimates
-from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior
+from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior, TemperedPosterior
 from pyrobnn.methods.rules import noise_factor, swag_start
 
-__all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC", "LONG_EPOCH"]
+__all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC", "TemperatureScaled", "LONG_EPOCH"]
 
 LONG_EPOCH = 10**6
 """Steps of an epoch with which SG-MCMC's sampler is checked where the data's size is not known (the draws that a
 run's own epochs keep are checked with its rows)."""
+
+MIN_HELD_OUT = 10
+"""The fewest held-out rows a temperature is fitted on."""
 
 
 def _shown(value) -> str:
@@ -282,3 +290,51 @@ class SGMCMC(Method):
         """The draws of the stacked chains ``rows``."""
         return EmpiricalPosterior(SGMCMCResult.of(pairs[rows[0]][0], collected).chains_of(rows))
 
+
+
+@dataclass(frozen=True)
+class TemperatureScaled(Method):
+    r"""MAP with temperature scaling (Guo et al. 2017, "On calibration of modern neural networks"), the
+    non-Bayesian fix of an over-confident classifier. The split: a fraction ``held_out`` of the training rows,
+    drawn with the run's seed, is held out and never trained on; MAP is fitted on the others (its settings are
+    MAP's); one temperature :math:`T` minimises the NLL of :math:`\mathrm{softmax}(z / T)` on the held-out rows
+    (:func:`~pyrobnn.analysis.calibration.calibrate`: a log grid over [0.01, 100] refined by Brent's method), and
+    the posterior predicts at it (:class:`~pyrobnn.methods.posterior.TemperedPosterior`; the arg-max, hence the
+    accuracy of the fit, kept). Classifiers only; a regression's analogue is ``--calibrate``."""
+
+    held_out: float = 0.1
+
+    def __post_init__(self):
+        super().__post_init__()
+        in_range("held_out (the fraction of the training rows the temperature is fitted on)", self.held_out, 0, 1,
+                 "()")
+
+    def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
+              **run) -> Posterior:
+        from pyrobnn.infer.predict import PROTOTYPE_ROWS
+        from pyrobnn.model.protocol import network_model
+
+        self.check(model, epochs=epochs, rows=x.shape[0], **run)
+        if network_model(model, x[:PROTOTYPE_ROWS]).task != "classification":
+            raise ValueError("map-ts scales a classifier's logits: for a regression's predictive use --calibrate")
+        n = len(x)
+        rows = int(self.held_out * n)
+        if rows < MIN_HELD_OUT or rows >= n:
+            raise ValueError(f"held_out {self.held_out:g} of {n} training rows holds out {rows}: a temperature needs "
+                             f"at least {MIN_HELD_OUT} and some rows left to train on; train on more rows or change "
+                             "held_out")
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        held, kept = order[:rows].sort().values, order[rows:].sort().values
+        history = fit(model, guide, x[kept], y[kept], epochs=epochs, seed=seed,
+                      **self.fit_options(epochs, precision), **run)
+        transform = run.get("transform")
+        x_held = x[held] if transform is None else getattr(transform, "normalize", transform)(x[held])
+        temperature = calibrate(model, guide, x_held, y[held], num_samples=1).temperature
+        return TemperedPosterior(model, guide, self.num_samples, temperature=temperature, history=history,
+                                 report={"temperature": temperature, "held_out_rows": rows})
+
+    def train_stacked(self, pairs, x, y, *, epochs=10, seed=0, precision="fp32", transform=None,
+                      **run) -> list[Posterior]:
+        """Each pair trained alone (each holds out its rows and fits its own temperature)."""
+        return [self.train(model, guide, x, y, epochs=epochs, seed=seed, precision=precision, progress=False,
+                           transform=transform, **run) for model, guide in pairs]

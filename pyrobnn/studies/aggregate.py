@@ -5,7 +5,8 @@ Pure functions over the cell records the study engine keeps, one dict per cell::
 
     {"key": str, "label": str, "axes": {name: value}, "seed": int | None, "split": int | None,
      "status": "done" | "failed", "error": str | None, "command": str,
-     "metrics": <metrics.json's "test" dict>, "train_seconds": float, "peak_memory_gb": float | None}
+     "metrics": <metrics.json's "test" dict, with its "training" and "posterior">, "train_seconds": float,
+     "peak_memory_gb": float | None}
 
 Every finite numeric scalar of a done cell's ``metrics`` is a metric (nested dicts flattened with dots:
 ``ood.auroc_epistemic``, ``corrupted.mean.accuracy``), and so are ``train_seconds`` and ``peak_memory_gb``.
@@ -26,8 +27,14 @@ initialisation and test draws), and
 
 is the :math:`1 - \alpha` Student-t interval of the mean difference (the paired t-test, Student 1908); it
 *excludes zero* when the difference is larger than the seed-to-seed noise at that level. Fewer than 2 pairs give
-no interval. A baseline that names some axes only (``method=mcdropout``) gives each label its own baseline, the
-label with the same values on the other axes (:mod:`pyrobnn.studies.baseline`).
+no interval. Where both labels' values are positive, the paired *ratio* is the same interval on the log scale,
+
+.. math::
+    \exp\Big(\overline{\log(x_i / b_i)} \pm t_{1 - \alpha/2,\, n-1} \, s_{\log} / \sqrt n\Big),
+
+the geometric mean of :math:`x_i / b_i` (a method's ECE as a fraction of the baseline's), which *excludes one* when
+the ratio is larger than the noise. A baseline that names some axes only (``method=mcdropout``) gives each label
+its own baseline, the label with the same values on the other axes (:mod:`pyrobnn.studies.baseline`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from pyrobnn.studies.baseline import resolve_baseline
 
 __all__ = ["STATUSES", "Summary", "Difference", "is_number", "flatten", "cell_metrics", "unit_of", "unit_name",
-           "unit_from_name", "summarize", "paired_difference", "aggregate", "pooled_reliability"]
+           "unit_from_name", "summarize", "paired_difference", "paired_ratio", "aggregate", "pooled_reliability"]
 
 STATUSES = ("done", "failed")
 """The states of a finished cell."""
@@ -80,6 +87,27 @@ class Difference:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "excludes_zero": self.excludes_zero}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """The paired ratio label / baseline over ``n`` shared units: the geometric mean ``ratio`` of the ratios and its
+    ``level`` interval ``[low, high]`` (the paired Student-t interval of the log ratios, exponentiated; ``None``
+    with fewer than 2 pairs)."""
+
+    n: int
+    ratio: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    level: float
+
+    @property
+    def excludes_one(self) -> bool:
+        """Whether the interval exists and lies entirely above or below one."""
+        return self.low is not None and (self.low > 1 or self.high < 1)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "excludes_one": self.excludes_one}
 
 
 def is_number(value) -> bool:
@@ -156,6 +184,20 @@ def paired_difference(values: Mapping, baseline: Mapping, level: float = 0.95) -
                       level)
 
 
+def paired_ratio(values: Mapping, baseline: Mapping, level: float = 0.95) -> Optional[Ratio]:
+    """The paired ratio ``values[u] / baseline[u]`` over the shared units: :func:`paired_difference` of the logs,
+    exponentiated (:class:`Ratio`); None where a shared value is not positive (no ratio on the log scale)."""
+    shared = [unit for unit in values if unit in baseline]
+    if any(values[unit] <= 0 or baseline[unit] <= 0 for unit in shared):
+        return None
+    logs = paired_difference({unit: math.log(values[unit]) for unit in shared},
+                             {unit: math.log(baseline[unit]) for unit in shared}, level)
+    if logs.mean is None:
+        return Ratio(0, None, None, None, level)
+    return Ratio(logs.n, math.exp(logs.mean), None if logs.low is None else math.exp(logs.low),
+                 None if logs.high is None else math.exp(logs.high), level)
+
+
 def _check(records: Sequence[Mapping]) -> None:
     if not records:
         raise ValueError("records is empty: a study report needs at least one cell")
@@ -199,8 +241,9 @@ def aggregate(records: Sequence[Mapping], baseline: Optional[str] = None, level:
         "level", "metrics": [every metric, in order of appearance], "labels": [...], "failed": [...]}``; each label
         (in order of appearance) is ``{"label", "axes", "cells" (done), "failed" (count), "units", "metrics":
         {metric: Summary fields + "values" {unit: value}}, "baseline" (the label it is compared with: itself for a
-        baseline, None without one), "difference": {metric: Difference fields + "excludes_zero"}}``
-        (``difference`` is ``None`` for a baseline itself or without one); each failed cell is ``{"key", "label",
+        baseline, None without one), "difference": {metric: Difference fields + "excludes_zero"}, "ratio": {metric:
+        Ratio fields + "excludes_one"} (the metrics whose values are positive)}`` (``difference`` and ``ratio`` are
+        ``None`` for a baseline itself or without one); each failed cell is ``{"key", "label",
         "seed", "split", "error", "command"}``.
     :raises ValueError: an empty or malformed record list, a baseline that matches no label, two done cells of
         one label and unit.
@@ -226,12 +269,16 @@ def aggregate(records: Sequence[Mapping], baseline: Optional[str] = None, level:
                         for metric, by_unit in values[label].items()},
             "baseline": None if compared is None else compared.of[label],
             "difference": None,
+            "ratio": None,
         }
         reference = entry["baseline"]
         if reference is not None and reference != label:
             entry["difference"] = {metric: paired_difference(by_unit, values[reference].get(metric, {}),
                                                              level).to_dict()
                                    for metric, by_unit in values[label].items()}
+            ratios = {metric: paired_ratio(by_unit, values[reference].get(metric, {}), level)
+                      for metric, by_unit in values[label].items()}
+            entry["ratio"] = {metric: ratio.to_dict() for metric, ratio in ratios.items() if ratio is not None}
         entries.append(entry)
     failed = [{"key": record.get("key"), "label": record["label"], "seed": record.get("seed"),
                "split": record.get("split"), "error": record.get("error"), "command": record.get("command")}

@@ -28,6 +28,11 @@ __all__ = ["STUDY_FILE", "RECORDS_FILE", "OUTCOME_FILE", "RESULTS_FILE", "read_j
 STUDY_FILE = "study.json"
 RECORDS_FILE = "records.jsonl"
 OUTCOME_FILE = "cell.json"
+RUN_METRICS = ("training", "posterior")
+"""Entries of a results file, beside its ``test``, that a cell's record takes among its metrics: the training set's
+fit (``training.nll``, ``training.accuracy``) and the posterior's numbers (``posterior.sigma.mean``,
+``posterior.temperature``)."""
+
 RESULTS_FILE = {"train": "metrics.json", "mcmc": "diagnostics.json"}
 """The file each command writes its test metrics to (under ``"test"``)."""
 
@@ -72,7 +77,8 @@ def record(cell: Cell, out: Path) -> Optional[dict]:
         "status": "done" if found is not None else "failed",
         "error": None if found is not None else outcome.get("error"),
         "command": cell.replay(out),
-        "metrics": found["test"] if found is not None else {},
+        "metrics": {**found["test"], **{key: found[key] for key in RUN_METRICS if isinstance(found.get(key), dict)}}
+        if found is not None else {},
         "train_seconds": float(seconds) if isinstance(seconds, (int, float)) else None,
         "peak_memory_gb": (found or {}).get("peak_memory_gb"),
     }

@@ -9,7 +9,8 @@ calls on the cached cells. It writes, into the study's directory, each file atom
   mean ± standard error with the paper's figure beside ours where the study has ``[published]`` figures (and a table
   of every published figure against ours, naming the source), the paired differences to the baseline (each
   label's own where the baseline names some axes only) with their 95 % Student-t intervals (``*`` where an interval
-  excludes zero), every metric, the failed cells;
+  excludes zero) and the paired ratios (the geometric mean of label / baseline, its interval from the log ratios),
+  every metric, the failed cells;
 * ``summary.csv``: one row per label and metric (n, mean, std, se, the label it is compared with, and the paired
   difference with its interval);
 * ``summary.json``: :func:`~pyrobnn.studies.aggregate.aggregate`'s summary, with the main metrics and the
@@ -36,8 +37,8 @@ from pyrobnn.studies.cache import STUDY_FILE, read_json
 from pyrobnn.studies.published import matched_figures
 
 __all__ = ["CALIBRATION_COLUMNS", "CLASSIFICATION_COLUMNS", "REGRESSION_COLUMNS", "FILES", "write_report",
-           "main_metrics", "mean_se", "difference_text", "compared_with", "summary_table", "summary_markdown",
-           "summary_csv"]
+           "main_metrics", "mean_se", "difference_text", "ratio_text", "compared_with", "summary_table",
+           "summary_markdown", "summary_csv"]
 
 CALIBRATION_COLUMNS = ("temperature", "conformal_coverage")
 """The main metrics of a study run with ``--calibrate`` (:mod:`pyrobnn.analysis.calibration`), after each task's
@@ -45,7 +46,8 @@ calibrated likelihood and its conformal set size or interval width."""
 
 CLASSIFICATION_COLUMNS = ("accuracy", "nll", "ece", "brier", "aurc", "nll_calibrated", "ece_calibrated",
                           *CALIBRATION_COLUMNS, "conformal_set_size", "ood.auroc_epistemic", "ood.auroc_total",
-                          "corrupted.mean.accuracy", "train_seconds")
+                          "corrupted.mean.accuracy", "ood.shifted.accuracy", "ood.shifted.nll", "ood.shifted.ece",
+                          "ood.shifted.brier", "train_seconds")
 """The main metrics of a classification study, those its cells have: the table's and the plot's columns (every
 other metric, ``peak_memory_gb`` included, is in ``summary.md``, ``summary.csv`` and ``summary.json``)."""
 
@@ -104,6 +106,17 @@ def difference_text(difference: dict, interval: bool = False) -> str:
         low, high = (_number(difference[key], half, sign=True) for key in ("low", "high"))
         return f"{_number(difference['mean'], half, sign=True)} [{low}, {high}]{star}"
     return f"{_number(difference['mean'], half, sign=True)} ± {_number(half, half)}{star}"
+
+
+def ratio_text(ratio: dict) -> str:
+    """A paired ratio: ``"0.52 [0.41, 0.66] *"`` (``*`` where its interval excludes 1), ``"0.52 (1 pair)"`` without
+    an interval, ``"no pairs"`` without shared seeds."""
+    if ratio["n"] == 0:
+        return "no pairs"
+    if ratio["low"] is None:
+        return f"{ratio['ratio']:.3g} (1 pair)"
+    star = " *" if ratio["excludes_one"] else ""
+    return f"{ratio['ratio']:.3g} [{ratio['low']:.3g}, {ratio['high']:.3g}]{star}"
 
 
 def _cells(entry: dict) -> str:
@@ -243,6 +256,15 @@ def summary_markdown(summary: dict, columns: Sequence[str], plots: Sequence[str]
                            [[entry["label"], *([entry["baseline"]] if within else []),
                              *(difference_text(entry["difference"][c], interval=True)
                                if c in entry["difference"] else "-" for c in columns)]
+                            for entry in compared])
+        lines += ["", f"## Paired ratios to the baseline `{baseline}`", "",
+                  "For each seed (or split) present for both labels, the ratio label / baseline; their geometric "
+                  f"mean and {summary['level']:.0%} interval (the Student-t interval of the log ratios, "
+                  "exponentiated). `*`: the interval excludes 1. Metrics with a value at or below 0 have none.", ""]
+        lines += _md_table(["label", *(["baseline"] if within else []), *columns],
+                           [[entry["label"], *([entry["baseline"]] if within else []),
+                             *(ratio_text(entry["ratio"][c]) if c in (entry.get("ratio") or {}) else "-"
+                               for c in columns)]
                             for entry in compared])
     lines += ["", "## All metrics", ""]
     rows = []

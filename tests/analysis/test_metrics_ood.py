@@ -229,6 +229,7 @@ def test_train_with_an_ood_dataset_records_its_detection_metrics_and_evaluate_re
     ("mnist", "two-moons", "has inputs of shape"),
     ("mnist", "imagenet", "--ood-dataset imagenet: unknown dataset"),
     ("sinusoid", "fashion-mnist", "--ood-dataset needs a classification dataset"),
+    ("mnist", "imdb", "--ood-dataset imdb: a text run's shifted set is rotten-tomatoes for imdb"),
 ])
 def test_a_bad_ood_dataset_is_one_error_line_before_anything_is_written(dataset, ood, message, data_root, tmp_path,
                                                                          capsys, monkeypatch):

@@ -153,6 +153,26 @@ def test_real_imdb_vocabulary_is_built_from_the_training_half():
     assert (~padding_mask(sentences)).sum(1).float().mean() < (~padding_mask(data.x_test)).sum(1).float().mean()
 
 
+@needs_reviews
+def test_rotten_tomatoes_is_a_data_set_whose_shift_is_imdb():
+    """``--dataset rotten-tomatoes``: balanced halves of the package's sentences, seeded, disjoint; IMDB's reviews
+    its shift, encoded by its tokenizer at its length (and Rotten Tomatoes is IMDB's, as before)."""
+    from pyrobnn.data import load_dataset
+
+    data = load_dataset("rotten-tomatoes", train_size=200, test_size=100, seed=1, max_length=24)
+    assert data.name == "rotten-tomatoes" and data.x_train.shape == (200, 24) and data.x_test.shape == (100, 24)
+    texts, labels = text._reviews("rotten_tomatoes")
+    train, test = text._balanced_halves(labels, text.RT_SIZE, 1)
+    assert len(train) == len(test) == 4264 and torch.as_tensor(labels)[train].float().mean() == 0.5
+    assert not set(train.tolist()) & set(test.tolist())
+    shifted = text.shifted_splits("imdb", data.tokenizer, 24, num=30, seed=0)
+    assert shifted.name == "imdb" and shifted.x_test.shape == (30, 24) and len(shifted.x_train) == 0
+    assert shifted.classes == data.classes
+    assert (~padding_mask(shifted.x_test)).sum(1).float().mean() > (~padding_mask(data.x_test)).sum(1).float().mean()
+    with pytest.raises(ValueError, match="no text data set"):
+        text.shifted_splits("mnist", data.tokenizer, 24)
+
+
 # ----------------------------------------------------------------------------- the classifier
 
 

@@ -97,3 +97,43 @@ def test_laplace_lora_learns_and_predicts_laplace_torchs_linearised_predictive(u
     assert loaded.num_samples == posterior.num_samples and loaded.report == posterior.report
     torch.manual_seed(2)
     torch.testing.assert_close(loaded.predict(held_x, num_samples=400)["probs"], probs)
+
+
+def test_map_ts_predicts_its_map_fit_at_the_temperature_fitted_on_held_out_rows(user, tmp_path):
+    """map-ts (Guo et al. 2017): MAP on 75 % of the rows, one temperature by the NLL of the other 25 % (drawn with
+    the seed; the preset holds out 10 %, at least 10 rows); its predictive is softmax(z / T) of the same network,
+    the arg-max kept; saved and loaded with it."""
+    from pyrobnn.methods import TemperedPosterior, load_posterior
+    from pyrobnn.networks import hf
+
+    folder, x, y, held_x, held_y, plain = user
+    method = dataclasses.replace(finetuned(METHODS["map-ts"]), held_out=0.25)  # 16 of the 64 rows
+    posterior, _ = fitted(folder, method, x, y)
+    assert isinstance(posterior, TemperedPosterior) and posterior.report["held_out_rows"] == 16
+    temperature = posterior.temperature
+    assert temperature == posterior.report["temperature"] and 0.01 * (1 - 1e-9) <= temperature <= 100
+    assert temperature != 1.0
+    probs = posterior.predict(held_x)["probs"]
+    rows = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:16].sort().values
+    posterior.temperature_hook.detach()  # the MAP network's own predictive
+    own, held_own = posterior.predict(held_x)["probs"], posterior.predict(x[rows])["probs"]
+
+    def margins(p):  # the two-class logit difference log(p1 / p0)
+        return p[:, 1].double().log() - p[:, 0].double().log()
+    two = TemperedPosterior(posterior.model, posterior.guide, 1, temperature=2.0)  # unsaturated, unlike 0.01 here
+    torch.testing.assert_close(margins(two.predict(held_x)["probs"]), margins(own) / 2, rtol=1e-4, atol=1e-4)
+    two.temperature_hook.detach()
+    posterior.temperature_hook.attach(posterior.model)
+    torch.testing.assert_close(posterior.predict(held_x)["probs"], probs)
+    assert torch.equal(probs.argmax(-1), own.argmax(-1))
+    held_logits = torch.stack([torch.zeros_like(margins(held_own)), margins(held_own)], -1)
+
+    def nll(t):  # on the held-out rows, least at the fitted temperature (here all right: at the bound 0.01)
+        return float(torch.nn.functional.cross_entropy(held_logits.double() / t, y[rows]))
+    neighbours = [t for t in (temperature * 1.05, temperature / 1.05) if 0.01 <= t <= 100]
+    assert nll(temperature) <= min(nll(1.0), *(nll(t) for t in neighbours)) + 1e-12
+    posterior.save(tmp_path / "map_ts.pt")
+    torch.manual_seed(0)
+    loaded = load_posterior(tmp_path / "map_ts.pt", *method.build(hf.load_classifier(folder, 2), num_data=len(x)))
+    assert isinstance(loaded, TemperedPosterior) and loaded.temperature == temperature
+    torch.testing.assert_close(loaded.predict(held_x)["probs"], probs)

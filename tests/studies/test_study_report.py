@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from pyrobnn.studies.aggregate import aggregate, flatten, paired_difference, pooled_reliability, summarize
+from pyrobnn.studies.aggregate import (
+    aggregate,
+    flatten,
+    paired_difference,
+    paired_ratio,
+    pooled_reliability,
+    summarize,
+)
 from pyrobnn.studies.report import mean_se, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,6 +95,21 @@ def test_a_difference_within_the_noise_does_not_exclude_zero_and_one_pair_gives_
     assert paired_difference({(0, None): 0.9}, {(1, None): 0.8}).n == 0
 
 
+def test_paired_ratio_is_the_t_interval_of_the_log_ratios_exponentiated():
+    values = {(0, None): 0.05, (1, None): 0.04, (2, None): 0.06, (9, None): 0.5}
+    baseline = {(0, None): 0.10, (1, None): 0.10, (2, None): 0.11}
+    logs = [math.log(0.5), math.log(0.4), math.log(0.06 / 0.11)]
+    mean = sum(logs) / 3
+    half = T_975[2] * math.sqrt(sum((x - mean) ** 2 for x in logs) / 2) / math.sqrt(3)
+    found = paired_ratio(values, baseline)
+    assert found.n == 3 and found.ratio == pytest.approx(math.exp(mean), rel=1e-12)
+    assert (found.low, found.high) == (pytest.approx(math.exp(mean - half), rel=1e-9),
+                                       pytest.approx(math.exp(mean + half), rel=1e-9))
+    assert found.excludes_one and found.to_dict()["excludes_one"]
+    assert paired_ratio({(0, None): 0.0}, {(0, None): 0.1}) is None  # no log of 0: no ratio
+    assert paired_ratio({(0, None): 0.9}, {(0, None): 0.8}).low is None
+
+
 def test_flatten_keeps_finite_numbers_with_dotted_names():
     nested = {"accuracy": 0.9, "ood": {"dataset": "fashion-mnist", "auroc_total": 0.8}, "flag": True,
               "reliability": {"count": [1, 2]}, "nll": None, "ece": math.inf, "corrupted": {"mean": {"accuracy": 1}}}
@@ -108,7 +130,8 @@ def test_aggregate_per_label_pairs_with_the_baseline_and_lists_failed_cells(reco
     assert summary["failed"] == [{"key": "mcdropout-4", "label": "mcdropout", "seed": 4, "split": None,
                                   "error": "RuntimeError: out of | memory",
                                   "command": "pyrobnn train --method mcdropout --seed 4"}]
-    assert labels["bbb"]["difference"] is None
+    assert labels["bbb"]["difference"] is None and labels["bbb"]["ratio"] is None
+    assert labels["ensemble-5"]["ratio"]["accuracy"]["ratio"] > 1
     assert labels["ensemble-5"]["difference"]["accuracy"]["excludes_zero"]
     assert not labels["mcdropout"]["difference"]["accuracy"]["excludes_zero"]
     seconds = labels["ensemble-5"]["metrics"]["train_seconds"]
