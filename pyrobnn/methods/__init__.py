@@ -6,7 +6,7 @@ predicts, evaluates, draws, saves and loads.
     posterior.evaluate(x_test, y_test)
 
 :mod:`~pyrobnn.methods.base` (the :class:`Method` contract and SVI), :mod:`~pyrobnn.methods.posthoc` (ensembles,
-Laplace, SWAG, SG-MCMC), :mod:`~pyrobnn.methods.nuts`, :mod:`~pyrobnn.methods.ivon`,
+Laplace, SWAG, SG-MCMC), :mod:`~pyrobnn.methods.nuts`, :mod:`~pyrobnn.methods.ivon`, :mod:`~pyrobnn.methods.sngp`,
 :mod:`~pyrobnn.methods.posterior` (the :class:`Posterior` protocol), :mod:`~pyrobnn.methods.rules` (the papers'
 rules that depend on the run) and :mod:`~pyrobnn.methods.registry` (every method by name).
 """
@@ -18,11 +18,12 @@ from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior, VariationalPosterior, load_posterior
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace
 from pyrobnn.methods.registry import FAMILIES, METHOD_NAMES, METHODS, resolve_method
+from pyrobnn.methods.sngp import SNGP, SNGPPosterior
 
 DRAWS_KINDS = Draws.KINDS
 """Every kind of ``draws.pt`` (an empirical posterior ``{site: (runs, draws, ...)}``) -> what it holds: the kinds of
 the methods' posteriors (``ensemble``, ``laplace``, ``swag``, ``sgmcmc``, ``mcmc``, ...)."""
 
-__all__ = ["Method", "Variational", "Refused", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "Posterior",
-           "VariationalPosterior", "EmpiricalPosterior", "load_posterior", "METHODS", "FAMILIES", "METHOD_NAMES",
-           "resolve_method", "DRAWS_KINDS"]
+__all__ = ["Method", "Variational", "Refused", "Ensemble", "Laplace", "SWAG", "SGMCMC", "NUTS", "IVON", "SNGP",
+           "Posterior", "VariationalPosterior", "EmpiricalPosterior", "SNGPPosterior", "load_posterior", "METHODS",
+           "FAMILIES", "METHOD_NAMES", "resolve_method", "DRAWS_KINDS"]
