@@ -157,9 +157,10 @@ _REGISTERED: dict[str, Method] = {
                        "authors' settings (lr 0.1, ess = N, h0 1, beta2 0.99999, "
                        "weight decay 1e-4), its Gaussian posterior as 64 draws"),
     "sngp": SNGP(**{**MAP_SETTINGS, "num_samples": 1},  # and its own settings: pyrobnn.methods.SNGP's fields
-                 paper="Liu et al. 2020, SNGP: spectrally normalised hidden layers (bound 6), the output layer a GP of "
-                       "1024 random Fourier features, its Laplace precision collected in the last epoch, the "
-                       "mean-field predictive (lambda = pi/8)"),
+                 paper="Liu et al. 2020, Simple and Principled Uncertainty Estimation with Deterministic Deep "
+                       "Learning via Distance Awareness (SNGP): spectrally normalised hidden layers, the output layer "
+                       "a GP by random Fourier features, its Laplace precision collected in the last epoch, the "
+                       "mean-field predictive"),
 }
 
 FAMILIES: dict[str, Callable[[int], Method]] = {"ibnn": mixture_nodes, "ensemble": ensemble, "multiswag": multiswag}
