@@ -146,14 +146,14 @@ def sngp_network(network: nn.Module, features: int = 1024, bound: float = 6.0, l
         raise ValueError(f"SNGP makes a network's last nn.Linear (its output layer) a Gaussian process: "
                          f"{type(network).__name__} has none")
     name, head = named[-1]
+    if not name:
+        raise ValueError("SNGP needs a network around its output layer, not a single nn.Linear")
     for module in list(network.modules()):
         if module is not head and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) \
                 and isinstance(getattr(module, "weight", None), nn.Parameter):
             _bounded(module, bound)
     gp = RandomFeatureGP(head.in_features, head.out_features, features, length_scale, ridge, mean_field)
     parent, _, attr = name.rpartition(".")
-    if not name:
-        raise ValueError("SNGP needs a network around its output layer, not a single nn.Linear")
     setattr(network.get_submodule(parent) if parent else network, attr, gp)
     return network
 
