@@ -82,7 +82,7 @@ for ax, (name, posterior) in zip(axes, posteriors.items()):
                         vmin=0, vmax=math.log(2), cmap="viridis")
     ax.scatter(*x.T, c=y, s=6, cmap="coolwarm", edgecolors="white", linewidths=0.3)
     ax.plot(*far.T, "w.", markersize=3)
-    ax.set_title(f"{name}: mean entropy 3 units away {far_entropy[name]:.2f}")
+    ax.set_title(f"{name}: {far_entropy[name]:.2f} nats at 3 units (white)")
 fig.colorbar(image, ax=axes, label="predictive entropy (nats)")
 plt.show()
 print({name: round(value, 3) for name, value in far_entropy.items()})
