@@ -87,8 +87,8 @@ class RandomFeatureGP(nn.Module):
     ``precision`` of β (``ridge`` times the identity until :func:`collect_precision` collects it) and the mean-field
     factor λ; under :meth:`mean_field` its output is the mean-field logits."""
 
-    def __init__(self, in_features: int, out_features: int, features: int = 1024, length_scale: float = 1.0,
-                 ridge: float = 1.0, mean_field: float = math.pi / 8):
+    def __init__(self, in_features: int, out_features: int, *, features: int, length_scale: float, ridge: float,
+                 mean_field: float):
         super().__init__()
         self.register_buffer("projection", torch.randn(features, in_features) / length_scale)
         self.register_buffer("phase", torch.rand(features) * (2 * math.pi))
@@ -136,11 +136,10 @@ class _Hooked:
         self.handle.remove()
 
 
-def sngp_network(network: nn.Module, features: int = 1024, bound: float = 6.0, length_scale: float = 1.0,
-                 ridge: float = 1.0, mean_field: float = math.pi / 8) -> nn.Module:
-    """``network`` (changed in place, and returned) made SNGP's: its last ``nn.Linear``, the output layer, replaced
-    by a :class:`RandomFeatureGP` of as many inputs and outputs, and every other Linear and convolution bounded by
-    :class:`SpectralBound`. A network without a Linear is a ``ValueError``."""
+def sngp_network(network: nn.Module, method: SNGP) -> nn.Module:
+    """``network`` (changed in place, and returned) made SNGP's with ``method``'s settings: its last ``nn.Linear``,
+    the output layer, replaced by a :class:`RandomFeatureGP` of as many inputs and outputs, and every other Linear and
+    convolution bounded by :class:`SpectralBound`. A network without a Linear is a ``ValueError``."""
     named = [(name, module) for name, module in network.named_modules() if isinstance(module, nn.Linear)]
     if not named:
         raise ValueError(f"SNGP makes a network's last nn.Linear (its output layer) a Gaussian process: "
@@ -151,8 +150,9 @@ def sngp_network(network: nn.Module, features: int = 1024, bound: float = 6.0, l
     for module in list(network.modules()):
         if module is not head and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) \
                 and isinstance(getattr(module, "weight", None), nn.Parameter):
-            _bounded(module, bound)
-    gp = RandomFeatureGP(head.in_features, head.out_features, features, length_scale, ridge, mean_field)
+            _bounded(module, method.bound)
+    gp = RandomFeatureGP(head.in_features, head.out_features, features=method.features,
+                         length_scale=method.length_scale, ridge=method.ridge, mean_field=method.mean_field)
     parent, _, attr = name.rpartition(".")
     setattr(network.get_submodule(parent) if parent else network, attr, gp)
     return network
@@ -267,8 +267,7 @@ class SNGP(Method):
         if is_model(network):
             raise ValueError(f"SNGP changes a network's layers: pass the plain nn.Module, not the model "
                              f"{type(network).__name__}")
-        return super().build(sngp_network(network, self.features, self.bound, self.length_scale, self.ridge,
-                                          self.mean_field), **options)
+        return super().build(sngp_network(network, self), **options)
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:

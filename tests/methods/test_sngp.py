@@ -62,14 +62,14 @@ def test_the_spectral_bound_scales_a_larger_norm_down_to_c_and_keeps_a_smaller_o
     net = MLP(3, (3,), 2)
     with torch.no_grad():
         net[1].weight.copy_(torch.diag(torch.tensor([4.0, 1.0, 0.5])))
-    sngp_network(net, features=8, bound=2.0)
+    sngp_network(net, SNGP(features=8, bound=2.0))
     net.eval()
     torch.testing.assert_close(torch.linalg.matrix_norm(net[1].weight, 2), torch.tensor(2.0))
     small = MLP(3, (3,), 2)
     with torch.no_grad():
         small[1].weight.copy_(torch.diag(torch.tensor([1.5, 1.0, 0.5])))
     kept = small[1].weight.detach().clone()
-    sngp_network(small, features=8, bound=2.0)
+    sngp_network(small, SNGP(features=8, bound=2.0))
     small.eval()
     torch.testing.assert_close(small[1].weight, kept)
     assert isinstance(net[3], RandomFeatureGP) and net[3].output.weight.shape == (2, 8)
