@@ -50,7 +50,7 @@ from pyrobnn.infer.optim import OPTIMIZERS, Optim, StepDecay
 from pyrobnn.infer.recording import COMPILE_MODES
 from pyrobnn.infer.schedules import SCHEDULES
 from pyrobnn.infer.svi import fit
-from pyrobnn.methods import IVON, METHOD_NAMES, NUTS, Variational
+from pyrobnn.methods import IVON, METHOD_NAMES, NUTS, SNGP, Variational
 from pyrobnn.methods import SGMCMC as SGMCMCMethod
 from pyrobnn.methods import SWAG as SWAGMethod
 from pyrobnn.methods.nuts import MAX_WEIGHTS
@@ -445,7 +445,7 @@ class OutputOptions:
 @dataclass
 class MethodOptions:
     """A method's own settings (pyrobnn.methods), for the methods of their kind (--method picks the method; unset: the
-    method's, the preset of --method NAME): SWAG's collection, SG-MCMC's sampler, IVON's optimiser."""
+    method's, the preset of --method NAME): SWAG's collection, SG-MCMC's sampler, IVON's optimiser, SNGP's GP."""
 
     swag_start: Annotated[Optional[int], arg(name="swag.start", metavar="T",
                                              help_behavior_hint="(default: half the epochs, at most all but 2)")] = (
@@ -482,6 +482,14 @@ class MethodOptions:
     """IVON: the gradient's momentum."""
     ivon_beta2: Annotated[float, arg(name="ivon.beta2")] = _default(IVON, "beta2")
     """IVON: the Hessian's momentum (close to 1: h moves little in a short run)."""
+    sngp_features: Annotated[int, arg(name="sngp.features", metavar="D")] = _default(SNGP, "features")
+    """SNGP: the random Fourier features of its Gaussian-process output layer."""
+    sngp_bound: Annotated[float, arg(name="sngp.bound", metavar="C")] = _default(SNGP, "bound")
+    """SNGP: the bound c on the spectral norm of each hidden layer's weight."""
+    sngp_length_scale: Annotated[float, arg(name="sngp.length-scale")] = _default(SNGP, "length_scale")
+    """SNGP: the length scale of the GP's RBF kernel."""
+    sngp_mean_field: Annotated[float, arg(name="sngp.mean-field", metavar="LAMBDA")] = _default(SNGP, "mean_field")
+    """SNGP: lambda of the mean-field predictive softmax(g / sqrt(1 + lambda var)) (pi/8; 0: the MAP logits)."""
 
 
 @dataclass

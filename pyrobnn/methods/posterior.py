@@ -258,9 +258,14 @@ class Temperature:
         self._handle = None
 
     def attach(self, model) -> "Temperature":
-        """Hook onto ``model``'s network (once)."""
+        """Hook onto ``model``'s network (once), in place of a temperature hooked there before (a posterior loaded
+        again into the same model predicts at its own temperature, not at their product)."""
+        previous = getattr(model.net, "_pyrobnn_temperature", None)
+        if previous is not None and previous is not self:
+            previous.detach()
         if self._handle is None:
             self._handle = model.net.register_forward_hook(self)
+            model.net._pyrobnn_temperature = self
         return self
 
     def detach(self) -> None:

@@ -27,6 +27,7 @@ from pyrobnn.infer.swag import SWAGCollector, SWAGResult, check_collection, chec
 from pyrobnn.methods.base import Method, needs_point_estimates
 from pyrobnn.methods.posterior import EmpiricalPosterior, Posterior, TemperedPosterior
 from pyrobnn.methods.rules import noise_factor, swag_start
+from pyrobnn.model.likelihoods import Categorical
 
 __all__ = ["Ensemble", "Laplace", "SWAG", "SGMCMC", "TemperatureScaled", "LONG_EPOCH"]
 
@@ -295,8 +296,8 @@ class SGMCMC(Method):
 @dataclass(frozen=True)
 class TemperatureScaled(Method):
     r"""MAP with temperature scaling (Guo et al. 2017, "On calibration of modern neural networks"), the
-    non-Bayesian fix of an over-confident classifier. The split: a fraction ``held_out`` of the training rows,
-    drawn with the run's seed, is held out and never trained on; MAP is fitted on the others (its settings are
+    non-Bayesian fix of an over-confident classifier. The split: a fraction ``held_out`` of the training rows (at
+    least :data:`MIN_HELD_OUT`), drawn with the run's seed, is held out and never trained on; MAP is fitted on the others (its settings are
     MAP's); one temperature :math:`T` minimises the NLL of :math:`\mathrm{softmax}(z / T)` on the held-out rows
     (:func:`~pyrobnn.analysis.calibration.calibrate`: a log grid over [0.01, 100] refined by Brent's method), and
     the posterior predicts at it (:class:`~pyrobnn.methods.posterior.TemperedPosterior`; the arg-max, hence the
@@ -304,25 +305,33 @@ class TemperatureScaled(Method):
 
     held_out: float = 0.1
 
-    def __post_init__(self):
-        super().__post_init__()
-        in_range("held_out (the fraction of the training rows the temperature is fitted on)", self.held_out, 0, 1,
+    def settings_rules(self) -> None:
+        """The held-out fraction lies in (0, 1)."""
+        super().settings_rules()
+        in_range("{held_out} (the fraction of the training rows the temperature is fitted on)", self.held_out, 0, 1,
                  "()")
+
+    def run_rules(self, model, epochs, rows, run) -> None:
+        """A classifier's method (it scales logits), holding out at least :data:`MIN_HELD_OUT` rows and training on
+        at least as many."""
+        super().run_rules(model, epochs, rows, run)
+        if model is not None and not isinstance(getattr(model, "likelihood", None), Categorical):
+            raise ValueError("map-ts is a classifier's method (it scales a classifier's logits): train it on a "
+                             "classification set; for a regression's predictive use --calibrate")
+        if rows is not None and rows < 2 * MIN_HELD_OUT:
+            raise ValueError(f"map-ts holds out at least {MIN_HELD_OUT} training rows to fit its temperature and "
+                             f"trains on the others: give at least {2 * MIN_HELD_OUT} training rows, got {rows}")
+
+    def held_out_rows(self, rows: int) -> int:
+        """The rows the temperature is fitted on: the fraction :attr:`held_out` of ``rows``, at least
+        :data:`MIN_HELD_OUT`."""
+        return max(MIN_HELD_OUT, int(self.held_out * rows))
 
     def train(self, model, guide, x, y, *, epochs=10, seed=0, precision="fp32", make_member=None,
               **run) -> Posterior:
-        from pyrobnn.infer.predict import PROTOTYPE_ROWS
-        from pyrobnn.model.protocol import network_model
-
         self.check(model, epochs=epochs, rows=x.shape[0], **run)
-        if network_model(model, x[:PROTOTYPE_ROWS]).task != "classification":
-            raise ValueError("map-ts scales a classifier's logits: for a regression's predictive use --calibrate")
         n = len(x)
-        rows = int(self.held_out * n)
-        if rows < MIN_HELD_OUT or rows >= n:
-            raise ValueError(f"held_out {self.held_out:g} of {n} training rows holds out {rows}: a temperature needs "
-                             f"at least {MIN_HELD_OUT} and some rows left to train on; train on more rows or change "
-                             "held_out")
+        rows = self.held_out_rows(n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
         held, kept = order[:rows].sort().values, order[rows:].sort().values
         history = fit(model, guide, x[kept], y[kept], epochs=epochs, seed=seed,

@@ -32,6 +32,7 @@ from pyrobnn.methods.lora import LaplaceLoRA
 from pyrobnn.methods.nuts import NUTS
 from pyrobnn.methods.posthoc import SGMCMC, SWAG, Ensemble, Laplace, TemperatureScaled
 from pyrobnn.methods.rules import SPARSE_VD_BETA
+from pyrobnn.methods.sngp import SNGP
 from pyrobnn.model.priors import GaussianPrior, LogUniformPrior, NodePrior, ScaleMixturePrior
 from pyrobnn.networks.hf import LORA_A_SITES
 
@@ -183,6 +184,11 @@ _REGISTERED: dict[str, Method] = {
                  paper="Shen et al. 2024, Variational Learning is Effective for Large Deep Networks: IVON, the "
                        "authors' settings (lr 0.1, ess = N, h0 1, beta2 0.99999, "
                        "weight decay 1e-4), its Gaussian posterior as 64 draws"),
+    "sngp": SNGP(**{**MAP_SETTINGS, "num_samples": 1},  # and its own settings: pyrobnn.methods.SNGP's fields
+                 paper="Liu et al. 2020, Simple and Principled Uncertainty Estimation with Deterministic Deep "
+                       "Learning via Distance Awareness (SNGP): spectrally normalised hidden layers, the output layer "
+                       "a GP by random Fourier features, its Laplace precision collected in the last epoch, the "
+                       "mean-field predictive"),
 }
 
 FAMILIES: dict[str, Callable[[int], Method]] = {"ibnn": mixture_nodes, "ensemble": ensemble, "multiswag": multiswag}

@@ -41,8 +41,9 @@ from pyrobnn.cli.options import MCMCConfig, RunConfig
 from pyrobnn.data import check_dataset
 from pyrobnn.methods import resolve_method
 
-__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "EXECUTOR_KEY", "STUDY_SETS", "LIST_OPTIONS",
-           "make_cell", "parse_cell", "cache_key", "accepted_options", "split_options", "axis_arguments", "check_axis"]
+__all__ = ["Cell", "CONFIGS", "RUNS", "NOT_IN_KEY", "KEYED_WHEN_SET", "keyed_when_set", "EXECUTOR_KEY", "STUDY_SETS",
+           "LIST_OPTIONS", "make_cell", "parse_cell", "cache_key", "accepted_options", "split_options",
+           "axis_arguments", "check_axis"]
 
 CONFIGS = {"train": RunConfig, "mcmc": MCMCConfig}
 """The commands a cell runs -> the configuration each parses."""
@@ -60,13 +61,18 @@ count: they change the results."""
 
 KEYED_WHEN_SET = ("--data.target", "--data.task", "--data.features", "--data.categorical", "--data.folds",
                   "--data.test-fraction", "--data.seed", "--calibrate", "--calibrate.fraction", "--calibrate.coverage",
-                  "--swag", "--swag.start", "--swag.rank", "--swag.lr", "--sgmcmc", "--sgmcmc.temperature",
-                  "--sgmcmc.friction", "--sgmcmc.cycles", "--sgmcmc.exploration", "--sgmcmc.chains",
-                  "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets", "--kl-lr", "--ivon.ess",
-                  "--ivon.hess-init", "--ivon.beta1", "--ivon.beta2")
+                  "--swag", "--sgmcmc", "--data.max-length", "--lora-rank", "--lora-alpha", "--lora-targets",
+                  "--kl-lr")
 """Options added after studies had cached cells: at their default they change nothing that a cell trains or
 measures, so they enter its key only when set, and the cells cached before they existed keep their keys (an option
-added later joins this list)."""
+added later joins this list). So do a method's own options (:func:`keyed_when_set`)."""
+
+
+def keyed_when_set(flag: str) -> bool:
+    """Whether ``flag`` enters a cell's key only when set: one of :data:`KEYED_WHEN_SET`, or a method's own option,
+    ``--<kind>.<field>`` of a kind of :data:`pyrobnn.cli.methods.KINDS` (``--swag.rank``, ``--ivon.ess``): at its
+    default it is the method's preset, and a new method's options leave the cells cached before it their keys."""
+    return flag in KEYED_WHEN_SET or ("." in flag and flag[2:].split(".", 1)[0] in KINDS.values())
 
 STUDY_SETS = ("--out", "--progress", "--overwrite", "--resume")
 """Options the study sets for every cell (its directory, no progress bars, replace a half-written run)."""
@@ -220,7 +226,7 @@ so that the cells cached before they became aliases keep their keys."""
 
 def cache_key(command: str, config, method=None) -> str:
     """sha256 (first 12 hex digits) of the command and every option of ``config`` except :data:`NOT_IN_KEY`, those
-    of :data:`KEYED_WHEN_SET` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
+    :func:`keyed_when_set` at their default, and the executor (:data:`EXECUTOR_KEY`), as canonical JSON (sorted
     keys); an unset noise as :data:`FORMER_NOISE` or ``"default"``, unset draws as the method's; a ``train`` cell's
     former selector options of its ``method`` (:data:`FORMER_SELECTORS`; default: the method its options build)."""
     defaults = {**_defaults(command), **FORMER_SELECTORS}
@@ -230,7 +236,7 @@ def cache_key(command: str, config, method=None) -> str:
         flags.update(former_selectors(method))
     options = {flag: value for flag, value in flags.items()
                if flag not in NOT_IN_KEY and flag != "--compile"
-               and not (flag in KEYED_WHEN_SET and value == defaults[flag])}
+               and not (keyed_when_set(flag) and value == defaults[flag])}
     options.update(EXECUTOR_KEY[command])
     if command == "train" and config.likelihood.scale is None:
         options["--likelihood.scale"] = _noise_key(config)

@@ -25,6 +25,7 @@ MIXTURE = ["--prior", "node", "--guide", "mixture-node"]
 SWAG = ["--method", "swag", "--epochs", "4"]
 SGMCMC = ["--method", "sghmc"]
 IVON = ["--method", "ivon"]
+SNGP = ["--method", "sngp"]
 HF = ["--dataset", "imdb", "--model", "hf:minilm-l6", "--data.max-length", "16"]
 
 TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
@@ -120,6 +121,10 @@ TRAIN_CASES: dict[str, tuple[list[str], list[str]]] = {
     "--ivon.hess-init": (["0.5"], IVON),
     "--ivon.beta1": (["0.8"], IVON),
     "--ivon.beta2": (["0.999"], IVON),
+    "--sngp.features": (["64"], SNGP),
+    "--sngp.bound": (["3"], SNGP),
+    "--sngp.length-scale": (["2"], SNGP),
+    "--sngp.mean-field": (["1"], SNGP),
     "--progress": ([], []),  # the flag of a bool defaulting to True is --no-progress
     "--num-samples": (["7"], []),
     "--ood-dataset": (["fashion-mnist"], ["--dataset", "mnist", "--data-root", "{data_root}"]),

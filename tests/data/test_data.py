@@ -219,8 +219,8 @@ def test_bad_sizes_via_load_dataset():
 
 def test_registry_names_and_aliases():
     assert list(DATASETS) == ["mnist", "fashion-mnist", "cifar10", "two-moons", "cubic", "sinusoid", "imdb",
-                              "uci-boston", "uci-concrete", "uci-energy", "uci-kin8nm", "uci-naval", "uci-power",
-                              "uci-protein", "uci-wine", "uci-yacht"]
+                              "rotten-tomatoes", "uci-boston", "uci-concrete", "uci-energy", "uci-kin8nm",
+                              "uci-naval", "uci-power", "uci-protein", "uci-wine", "uci-yacht"]
     assert all(callable(load) for load in DATASETS.values())
     for alias in ("moons", "Two_Moons", " twomoons "):
         assert load_dataset(alias).name == "two-moons"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pyrobnn.data import load_dataset
-from pyrobnn.methods import DRAWS_KINDS, METHODS, NUTS, EmpiricalPosterior, VariationalPosterior, load_posterior
+from pyrobnn.methods import METHODS, NUTS, EmpiricalPosterior, Posterior, load_posterior
 from pyrobnn.networks import MLP
 from tests.support import ADAPTER_METHODS
 
@@ -35,7 +35,7 @@ def test_each_method_trains_a_small_network_and_its_posterior_predicts_draws_sav
     sites = {site.name: site.shape for site in posterior.model.sites()}
     draws = posterior.draw(3)
     assert {k: tuple(v.shape) for k, v in draws.items() if k in sites} == {k: (3, *s) for k, s in sites.items()}
-    assert isinstance(posterior, EmpiricalPosterior if posterior.kind in DRAWS_KINDS else VariationalPosterior)
+    assert type(posterior) is Posterior.KINDS.get(posterior.kind, EmpiricalPosterior)  # its own kind's class
     posterior.save(tmp_path / "posterior.pt")
     fresh = dataclasses.replace(method).build(MLP(2, (4,) if isinstance(method, NUTS) else (8,), 2),
                                                num_data=len(moons.x_train))

@@ -208,7 +208,7 @@ def test_bad_sources_are_one_clear_error(tmp_path, monkeypatch):
     (["--model", "hf:bert-huge"], "--model hf:bert-huge: unknown pretrained model"),
     (["--model", "hf:minilm-l6", "--lora-targets", "qkv"], "LoRA targets ['qkv'] match no linear module"),
     (["--model", "mlp", "--lora-rank", "4"], "--lora-rank sets the LoRA adapters of a pretrained network"),
-    (["--model", "hf:minilm-l6", "--dataset", "two-moons"], "reads text: use a text dataset (imdb)"),
+    (["--model", "hf:minilm-l6", "--dataset", "two-moons"], "reads text: use a text dataset (imdb, rotten-tomatoes)"),
     (["--model", "mlp", "--dataset", "two-moons", "--data.max-length", "64"], "--data.max-length applies to text"),
 ])
 def test_bad_command_lines_are_one_line_and_write_nothing(argv, message, tmp_path, capsys):
