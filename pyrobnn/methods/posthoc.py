@@ -297,7 +297,8 @@ class SGMCMC(Method):
 class TemperatureScaled(Method):
     r"""MAP with temperature scaling (Guo et al. 2017, "On calibration of modern neural networks"), the
     non-Bayesian fix of an over-confident classifier. The split: a fraction ``held_out`` of the training rows (at
-    least :data:`MIN_HELD_OUT`), drawn with the run's seed, is held out and never trained on; MAP is fitted on the others (its settings are
+    least :data:`MIN_HELD_OUT`), drawn with the run's seed, is held out and never trained on; MAP is fitted on the
+    others (its settings are
     MAP's); one temperature :math:`T` minimises the NLL of :math:`\mathrm{softmax}(z / T)` on the held-out rows
     (:func:`~pyrobnn.analysis.calibration.calibrate`: a log grid over [0.01, 100] refined by Brent's method), and
     the posterior predicts at it (:class:`~pyrobnn.methods.posterior.TemperedPosterior`; the arg-max, hence the
