@@ -295,10 +295,11 @@ class PretrainedTokenizer:
         return len(self.tokenizer)
 
     def tokenize(self, text: str) -> list[str]:
-        """The word pieces of ``text`` (no special tokens)."""
+        """The word pieces of ``text`` (no special tokens), all of them: without ``transformers``' warning that a
+        text longer than the model's positions would index past them (:meth:`encode` truncates)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self.tokenizer.tokenize(text)
+        return self.tokenizer.tokenize(text, verbose=False)
 
     def encode(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
         """Token ids of ``texts``, ``(len(texts), max_length)`` int64, right-padded with ``pad_id``."""
