@@ -40,6 +40,7 @@ from pyrobnn.guides.point import point_values
 from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.predict import prediction_mode
 from pyrobnn.model.likelihoods import Categorical, Gaussian
+from pyrobnn.model.protocol import attach_output_hook, output_hooks_removed
 
 __all__ = ["LaplaceResult", "fit_laplace", "last_layer_inputs", "last_linear", "plain_network", "LinearizedLaplace",
            "fit_linearized_laplace"]
@@ -183,8 +184,9 @@ def plain_network(model, values: dict[str, torch.Tensor], trainable: Callable[[s
     """A copy of ``model``'s network as a plain torch module: every ``PyroModule`` its own class again, every
     Bayesian site an ``nn.Parameter`` at ``values[site]``, trained (``requires_grad``) where ``trainable(site)``,
     every other parameter frozen; what a library such as laplace-torch differentiates (the network itself keeps its
-    sites)."""
-    net = copy.deepcopy(model.net)
+    sites). A posterior's predictive hook on the network (a temperature, a Laplace perturbation) is not copied."""
+    with output_hooks_removed(model.net):
+        net = copy.deepcopy(model.net)
     for module in list(net.modules()):
         if isinstance(module, pyro.nn.PyroModule):
             module._pyro_samples.clear()
@@ -222,10 +224,16 @@ class LinearizedLaplace:
         self._handle = None
 
     def attach(self, model) -> "LinearizedLaplace":
-        """Hook onto ``model``'s network (once)."""
+        """Hook onto ``model``'s network (once), in place of an approximation hooked there before."""
         if self._handle is None:
-            self._handle = model.net.register_forward_hook(self)
+            self._handle = attach_output_hook(model.net, self, "linearized")
         return self
+
+    def detach(self) -> None:
+        """Unhook: the network predicts at the MAP fit again."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
     def factor(self, x: torch.Tensor) -> torch.Tensor:
         """The Cholesky factors ``(N, C, C)`` of the outputs' covariance :math:`J P^{-1} J^\top` at ``x``."""

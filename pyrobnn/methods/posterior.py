@@ -39,7 +39,7 @@ from pyrobnn.infer.draws import Draws
 from pyrobnn.infer.laplace import LinearizedLaplace, fit_linearized_laplace
 from pyrobnn.infer.predict import PROTOTYPE_ROWS, predict, predict_moments
 from pyrobnn.infer.svi import History
-from pyrobnn.model.protocol import network_model
+from pyrobnn.model.protocol import attach_output_hook, network_model
 
 __all__ = ["Posterior", "VariationalPosterior", "EmpiricalPosterior", "LinearizedPosterior", "TemperedPosterior",
            "Temperature", "load_posterior", "VARIATIONAL_KIND"]
@@ -260,12 +260,8 @@ class Temperature:
     def attach(self, model) -> "Temperature":
         """Hook onto ``model``'s network (once), in place of a temperature hooked there before (a posterior loaded
         again into the same model predicts at its own temperature, not at their product)."""
-        previous = getattr(model.net, "_pyrobnn_temperature", None)
-        if previous is not None and previous is not self:
-            previous.detach()
         if self._handle is None:
-            self._handle = model.net.register_forward_hook(self)
-            model.net._pyrobnn_temperature = self
+            self._handle = attach_output_hook(model.net, self, "temperature")
         return self
 
     def detach(self) -> None:

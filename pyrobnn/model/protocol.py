@@ -25,6 +25,7 @@ per model object, shared by every guide and function that receives the model).
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
@@ -372,4 +373,37 @@ def network_model(model, x: torch.Tensor | None = None, y: torch.Tensor | None =
     if x is not None and isinstance(model, TracedModel):
         model.trace(x, y)
     return model
+
+
+def attach_output_hook(net: nn.Module, hook, slot: str):
+    """Register ``hook`` (an object with ``detach()``) as a forward hook of ``net`` in ``slot`` (a posterior's
+    predictive: ``temperature``, ``linearized``), detaching the hook attached in that slot before: a posterior loaded
+    again into the same model replaces its predictive's hook rather than stacking a second one (a temperature
+    applied twice, a Laplace perturbation added twice). Returns the hook's handle."""
+    attribute = f"_pyrobnn_{slot}_hook"
+    previous = getattr(net, attribute, None)
+    if previous is not None and previous is not hook:
+        previous.detach()
+    setattr(net, attribute, hook)
+    return net.register_forward_hook(hook)
+
+
+@contextlib.contextmanager
+def output_hooks_removed(net: nn.Module):
+    """``net`` without the posterior predictives' hooks of :func:`attach_output_hook` for the block (a copy taken
+    inside is the plain network, neither perturbing its outputs nor drawing random numbers), restored after it."""
+    slots = {name: value for name, value in vars(net).items()
+             if name.startswith("_pyrobnn_") and name.endswith("_hook")}
+    hooks = {id(hook) for hook in slots.values()}
+    removed = {key: hook for key, hook in net._forward_hooks.items() if id(hook) in hooks}
+    for key in removed:
+        del net._forward_hooks[key]
+    for name in slots:
+        delattr(net, name)
+    try:
+        yield net
+    finally:
+        net._forward_hooks.update(removed)
+        for name, hook in slots.items():
+            setattr(net, name, hook)
 

@@ -97,6 +97,9 @@ def test_laplace_lora_learns_and_predicts_laplace_torchs_linearised_predictive(u
     assert loaded.num_samples == posterior.num_samples and loaded.report == posterior.report
     torch.manual_seed(2)
     torch.testing.assert_close(loaded.predict(held_x, num_samples=400)["probs"], probs)
+    again = load_posterior(tmp_path / "laplace.pt", loaded.model, loaded.guide)  # into the same model: one hook
+    torch.manual_seed(2)
+    torch.testing.assert_close(again.predict(held_x, num_samples=400)["probs"], probs)
 
 
 def test_map_ts_predicts_its_map_fit_at_the_temperature_fitted_on_held_out_rows(user, tmp_path):
